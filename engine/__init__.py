@@ -1,0 +1,40 @@
+"""threadgrad's engine: tensors, the autograd graph, the threaded executor, the autograd API.
+
+>>> import engine
+>>> x = engine.tensor([1.0, 2.0], requires_grad=True)
+>>> y = (x * x).sum()
+>>> y.backward()
+>>> x.grad.tolist()
+[2.0, 4.0]
+"""
+from __future__ import annotations
+
+import numpy as _np
+
+from .autograd import backward, backward_async, grad, grad_async, queue_callback
+from .creation import (arange, empty, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
+                       zeros_like, empty_like, full_like)
+from .executor import Engine, get_engine
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .graph import AccumulateGrad, Node, RemovableHandle
+from .tensor import Tensor
+
+float16 = _np.float16
+float32 = _np.float32
+float64 = _np.float64
+int32 = _np.int32
+int64 = _np.int64
+bool_ = _np.bool_
+
+__all__ = [
+    "Tensor", "Node", "AccumulateGrad", "RemovableHandle", "Engine", "get_engine",
+    "tensor", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+    "rand", "randn", "arange", "manual_seed",
+    "backward", "grad", "backward_async", "grad_async", "queue_callback",
+    "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "float16", "float32", "float64", "int32", "int64", "bool_",
+]
+
+# Tensor's operators and methods are defined in ops/ (one op, one definition); importing
+# ops attaches them. It must come last: ops imports this package.
+import ops as _ops  # noqa: E402,F401

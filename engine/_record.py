@@ -1,0 +1,65 @@
+"""Recording the graph in forward: the one function every op calls to link its node.
+
+>>> import engine, ops
+>>> x = engine.ones(2, requires_grad=True)
+>>> ops.exp(x).grad_fn.next_functions[0][0].name()
+'AccumulateGrad'
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Sequence
+
+from ._state import tls
+from .graph import NO_EDGE, Node, _next_seq, pack_saved
+from .tensor import Tensor, grad_accumulator
+
+
+def needs_grad(*tensors: Tensor) -> bool:
+    """True when grad mode is on and some tensor requires grad: the op must record a node."""
+    if not tls.grad_enabled:
+        return False
+    for t in tensors:
+        if t is not None and t._rg:
+            return True
+    return False
+
+
+def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Sequence[Tensor]",
+           saved: Sequence["Tensor | None"] = ()) -> None:
+    """Make ``node`` the grad_fn of ``outputs``, with one edge per input; save ``saved``.
+
+    Call it after computing the outputs and only when :func:`needs_grad` said so.
+    ``saved`` may contain the outputs themselves (they are then saved without a
+    reference cycle) and None for values the backward will not need.
+    """
+    node.sequence_nr = _next_seq()
+    edges = []
+    for t in inputs:
+        if t is None:
+            edges.append(NO_EDGE)
+            continue
+        fn = t.grad_fn
+        if fn is not None:
+            edges.append((fn, t._output_nr))
+        elif t._rg:
+            edges.append((grad_accumulator(t), 0))
+        else:
+            edges.append(NO_EDGE)
+    node.next_edges = tuple(edges)
+    if type(outputs) is Tensor:
+        outputs.grad_fn = node
+        outputs._rg = True
+    else:
+        for i, out in enumerate(outputs):
+            out.grad_fn = node
+            out._rg = True
+            out._output_nr = i
+        node.num_inputs = len(outputs)
+    if saved:
+        pack_saved(node, saved)
+    else:
+        node._saved = ()
+        node._saved_ver = ()
+    if tls.anomaly:
+        node.metadata["traceback_"] = traceback.format_stack()[:-1]

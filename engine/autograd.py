@@ -1,0 +1,291 @@
+"""The autograd API: ``backward``, ``grad``, their ``_async`` forms, ``queue_callback``.
+
+>>> import engine
+>>> x = engine.tensor([1.0, 2.0], requires_grad=True)
+>>> (gx,) = engine.grad((x ** 2).sum(), x)
+>>> gx.tolist()
+[2.0, 4.0]
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence, Union
+
+import numpy
+
+from ._state import tls
+from .executor import GraphTask, get_engine
+from .graph import GraphRoot, Node
+from .tensor import Tensor, _wrap, gradient_edge
+
+TensorOrTensors = Union[Tensor, Sequence[Tensor]]
+
+
+def _as_tuple(x: Any, what: str) -> tuple:
+    if isinstance(x, Tensor):
+        return (x,)
+    if isinstance(x, (tuple, list)):
+        for i, t in enumerate(x):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{what}[{i}] must be a Tensor, got {type(t).__name__}")
+        return tuple(x)
+    raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}")
+
+
+def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> list:
+    """Check or create the root gradients: one per output, same shape/device, float dtype."""
+    if grads is None:
+        grads = (None,) * len(outputs)
+    elif isinstance(grads, Tensor) or not isinstance(grads, (tuple, list)):
+        grads = (grads,)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"{what} has {len(grads)} entries, but there are {len(outputs)} outputs to differentiate")
+    result = []
+    for i, (out, g) in enumerate(zip(outputs, grads)):
+        if not out._rg:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        if g is None:
+            if out.data.size != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs (output {i} has shape {tuple(out.shape)}); "
+                    f"pass a gradient of that shape, e.g. y.backward(engine.ones_like(y))"
+                )
+            result.append(_wrap(out.device.xp.ones(out.shape, dtype=out.dtype), out.device))
+            continue
+        if not isinstance(g, Tensor):
+            g = Tensor(out.device.xp.asarray(g, dtype=out.dtype), out.device)
+        if g.shape != out.shape:
+            raise RuntimeError(
+                f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and output[{i}] has a shape of {tuple(out.shape)}."
+            )
+        if g.device is not out.device:
+            raise RuntimeError(f"{what}[{i}] is on device {g.device}, but output[{i}] is on device {out.device}; move it with .to()")
+        if g.dtype != out.dtype:
+            if g.dtype.kind not in "fc":
+                raise TypeError(f"{what}[{i}] has dtype {g.dtype}; a gradient must have a floating point dtype like output[{i}] ({out.dtype})")
+            g = Tensor(g.data.astype(out.dtype), out.device)
+        elif not (create_graph and g._rg):
+            # A new Tensor object over the same array: the user keeps theirs, so the
+            # AccumulateGrad steal rule sees the array shared and copies (no aliasing).
+            g = _wrap(g.data, g.device)
+        result.append(g)
+    return result
+
+
+def _compute_dependencies(gt: GraphTask, root: Node) -> None:
+    """Count, for every node reachable from ``root``, its incoming edges (iteratively)."""
+    deps = gt.dependencies
+    cut = gt.cut
+    seen = {root}
+    stack = [root]
+    while stack:
+        fn = stack.pop()
+        for edge in fn.next_edges:
+            nxt = edge[0]
+            if nxt is None or (cut and edge in cut):
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+
+def _init_exec_info(gt: GraphTask, root: Node, must_run: set) -> None:
+    """Mark the nodes that lie on a path from ``root`` to a captured or must-run node.
+
+    A node runs only if it is needed; captured nodes are also evaluated (to read their
+    inputs) but run only if needed. Iterative post-order DFS: a node is needed when it must
+    run or one of its (uncut) successors is needed or captured.
+    """
+    captures = gt.captures
+    cut = gt.cut
+    info: dict[Node, bool] = {}
+    on_stack = {root}
+    stack = [(root, 0)]
+    while stack:
+        fn, i = stack[-1]
+        edges = fn.next_edges
+        if i < len(edges):
+            stack[-1] = (fn, i + 1)
+            nxt = edges[i][0]
+            if nxt is not None and nxt not in info and nxt not in on_stack and not (cut and edges[i] in cut):
+                on_stack.add(nxt)
+                stack.append((nxt, 0))
+            continue
+        stack.pop()
+        needed = fn in must_run
+        if not needed:
+            for edge in edges:
+                nxt = edge[0]
+                if nxt is not None and (info.get(nxt) or nxt in captures) and not (cut and edge in cut):  # type: ignore[operator]
+                    needed = True
+                    break
+        info[fn] = needed
+    info[root] = True
+    gt.exec_info = info
+
+
+def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: bool,
+                  inputs: tuple | None, accumulate: bool, no_grad_vars: tuple = ()) -> GraphTask:
+    """Build the GraphTask for one backward()/grad() call and execute it; return it done."""
+    eng = get_engine()
+    edges = tuple(gradient_edge(t) for t in outputs)
+    root = GraphRoot(edges, grads)
+    gt = GraphTask(keep_graph, create_graph, tls.total_depth + 1 if tls.current_task is not None else 0, None)  # type: ignore[arg-type]
+    if no_grad_vars:
+        gt.cut = frozenset(gradient_edge(t) for t in no_grad_vars if t._rg)
+    if inputs is not None:
+        gt.captures = {}
+        must_run = set()
+        non_leaf = 0
+        for idx, t in enumerate(inputs):
+            node, nr = gradient_edge(t)
+            if accumulate and t.grad_fn is None:
+                must_run.add(node)  # backward(inputs=leaf): run its AccumulateGrad
+            else:
+                gt.captures.setdefault(node, []).append((nr, idx))
+                non_leaf += 1
+        gt.captured = [None] * len(inputs)
+        _compute_dependencies(gt, root)
+        _init_exec_info(gt, root, must_run)
+    else:
+        _compute_dependencies(gt, root)
+    eng.execute(gt, root)
+    return gt
+
+
+def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: bool | None = None,
+             create_graph: bool = False, inputs: TensorOrTensors | None = None) -> None:
+    """Accumulate the gradient of ``tensors`` into the ``.grad`` of every leaf they depend on
+    (or only of ``inputs``). Non-scalar outputs need ``grad_tensors`` of their shape.
+
+    ``retain_graph`` defaults to ``create_graph``; without it the graph's saved tensors are
+    freed as it runs. Returns when every node has run and every final callback has run.
+
+    >>> import engine
+    >>> w = engine.tensor([3.0], requires_grad=True)
+    >>> engine.backward((w * w).sum())
+    >>> w.grad.tolist()
+    [6.0]
+    """
+    outputs = _as_tuple(tensors, "tensors")
+    inp = None
+    if inputs is not None:
+        inp = _as_tuple(inputs, "inputs")
+        if not inp:
+            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+        for i, t in enumerate(inp):
+            if not t._rg:
+                raise RuntimeError(f"inputs[{i}] does not require grad: backward(inputs=...) needs tensors that require grad")
+    grads = _make_grads(outputs, grad_tensors, create_graph, "grad_tensors")
+    keep = create_graph if retain_graph is None else bool(retain_graph)
+    gt = _run_backward(outputs, grads, keep, create_graph, inp, accumulate=True)
+    captured = gt.future.result()
+    if inp is not None and captured is not None:
+        # Non-leaf inputs of backward(inputs=...) get their gradient in .grad, as in PyTorch.
+        from .tensor import accumulate_into
+
+        for t, g in zip(inp, captured):
+            if g is not None and t.grad_fn is not None:
+                prev = tls.grad_enabled
+                tls.grad_enabled = create_graph
+                try:
+                    accumulate_into(t, g, copy=True)
+                finally:
+                    tls.grad_enabled = prev
+
+
+def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = None,
+         retain_graph: bool | None = None, create_graph: bool = False, allow_unused: bool | None = None,
+         no_grad_vars: TensorOrTensors | None = None, materialize_grads: bool = False) -> tuple:
+    """Return d(outputs)/d(input) for each input, without touching any ``.grad``.
+
+    Only the nodes on paths from ``outputs`` to ``inputs`` run. An input the outputs do not
+    depend on is an error unless ``allow_unused`` (then None, or zeros with
+    ``materialize_grads``). ``no_grad_vars`` cuts every gradient path through those tensors.
+
+    >>> import engine
+    >>> x = engine.tensor(2.0, requires_grad=True)
+    >>> (g,) = engine.grad(x ** 3, x, create_graph=True)
+    >>> (gg,) = engine.grad(g, x)
+    >>> g.item(), gg.item()
+    (12.0, 12.0)
+    """
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    elif not allow_unused and materialize_grads:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
+        )
+    outs = _as_tuple(outputs, "outputs")
+    inps = _as_tuple(inputs, "inputs")
+    if not inps:
+        raise RuntimeError("grad requires at least one input")
+    for i, t in enumerate(inps):
+        if not t._rg:
+            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
+    cut = _as_tuple(no_grad_vars, "no_grad_vars") if no_grad_vars is not None else ()
+    grads = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
+    keep = create_graph if retain_graph is None else bool(retain_graph)
+    gt = _run_backward(outs, grads, keep, create_graph, inps, accumulate=False, no_grad_vars=cut)
+    result = list(gt.future.result())
+    for i, g in enumerate(result):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (inputs[{i}]) appears to not have been used in the graph. "
+                    "Set allow_unused=True if this is the desired behavior."
+                )
+            if materialize_grads:
+                t = inps[i]
+                result[i] = _wrap(t.device.xp.zeros(t.shape, dtype=t.dtype), t.device)
+    return tuple(result)
+
+
+def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
+    """Run a whole backward()/grad() call on an engine pool thread; return its Future."""
+    fut: Future = Future()
+    fut.set_running_or_notify_cancel()
+    # The call must see the caller's thread-local state, as a synchronous call would.
+    state = (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks)
+
+    def job() -> None:
+        (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks) = state
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - surfaces from future.result()
+            fut.set_exception(e)
+        else:
+            fut.set_result(result)
+        finally:
+            tls.grad_enabled, tls.anomaly, tls.saved_hooks = True, False, ()
+
+    get_engine().run_async(job)
+    return fut
+
+
+def backward_async(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: bool | None = None,
+                   create_graph: bool = False, inputs: TensorOrTensors | None = None) -> Future:
+    """Like :func:`backward`, but returns a ``concurrent.futures.Future`` at once; the work
+    runs on engine threads and ``future.result()`` returns None or raises the error."""
+    return _async(backward, (tensors, grad_tensors, retain_graph, create_graph, inputs), {})
+
+
+def grad_async(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = None,
+               retain_graph: bool | None = None, create_graph: bool = False, allow_unused: bool | None = None,
+               no_grad_vars: TensorOrTensors | None = None, materialize_grads: bool = False) -> Future:
+    """Like :func:`grad`, returning a Future whose result is the tuple of gradients."""
+    return _async(grad, (outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                         no_grad_vars, materialize_grads), {})
+
+
+def queue_callback(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` once, after every node of the innermost running backward call has run
+    and before that call returns. Only valid while a backward runs (from a node or hook)."""
+    gt = tls.current_task
+    if gt is None:
+        raise RuntimeError("Final callbacks can only be installed during the backward pass (queue_callback called outside backward).")
+    if not callable(fn):
+        raise TypeError(f"queue_callback needs a callable, got {type(fn).__name__}")
+    with gt.lock:
+        gt.final_callbacks.append(fn)

@@ -1,0 +1,558 @@
+"""The executor: GraphTask, ReadyQueue, device workers, the reentrant pool (PyTorch's engine.cpp).
+
+Read docs/architecture.md first; the Notes below are the reasoning the code depends on.
+
+Note [Threads and queues]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+Every thread that runs nodes serves exactly one ReadyQueue at a time (``tls.local_queue``):
+  * a caller thread serves its own CPU queue (``tls.own_queue``, made on its first backward);
+  * each non-cpu device (``virtual:N``, ``cuda:N``) has one long-lived worker thread,
+    started lazily, serving that device's queue;
+  * pool threads run reentrant GraphTasks that went past ``max_recursion_depth`` (serving the
+    queue of the thread that handed them over) and ``backward_async`` calls (serving their
+    own queue).
+A node runs on the queue of the device where its input gradients live: cpu work goes to
+the GraphTask's ``owner_queue`` (the queue of the thread that called backward), other
+devices' work to their worker. The executor never hops threads unless the device changes.
+
+Note [Completion]
+~~~~~~~~~~~~~~~~~
+``outstanding`` counts NodeTasks pushed but not yet finished. It is incremented when a
+task is pushed and decremented after the task's outputs have been routed, both under the
+GraphTask's lock, so it reaches zero exactly once: when every node that will run has run.
+The thread that brings it to zero runs the final callbacks (``queue_callback``), then marks
+the task done and completes its future. If that thread does not serve ``owner_queue``, it
+pushes an empty wake-up task there, so the thread driving the GraphTask (blocked in
+``pop``) sees ``done`` and returns.
+
+Note [Errors]
+~~~~~~~~~~~~~
+The first exception raised by a node (or a hook, a callback, a saved-tensor unpack) fails
+the GraphTask: it is stored, the node's name is added to its message, the task is marked
+done and its future gets the exception; the owner is woken as on completion. Tasks of a
+failed GraphTask still queued anywhere are dropped when popped (only ``outstanding`` is
+decremented), and the owner purges its own queue of them. Worker threads catch everything,
+so they survive and keep serving other GraphTasks; the caller re-raises the original
+exception object (original type) from the future.
+
+Note [Reentrant backward]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+A backward started while this thread runs a node (``tls.current_task`` is set) is reentrant.
+Its GraphTask gets ``owner_queue`` = the queue this thread serves, and priority depth one
+more than the enclosing one, so its tasks pop first. Then:
+  * below ``max_recursion_depth`` nested levels on this thread's stack, the thread drives
+    the child inline (``_thread_main`` one frame deeper). While it waits for the child it
+    keeps popping its queue, which may hold the parent's tasks too: running them is
+    harmless and is what prevents the deadlock where the child waits for work that only
+    this thread could do;
+  * at the limit, the child goes to a pool thread, which serves the same queue while this
+    thread blocks on the child's future. The pool thread starts with an empty Python stack,
+    so a 5,000-level chain never nears the interpreter's recursion limit.
+Depth is counted per thread (``tls.depth``: frames of nesting on this stack) and per task
+(``GraphTask.depth``: priority, inherited across a pool hop).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+import traceback
+from concurrent.futures import Future
+from typing import Any, Callable
+
+import devices
+
+from ._state import tls
+from .graph import GraphRoot, Node
+
+_cpu = devices.cpu
+_next_tie = itertools.count().__next__
+
+# Heap keys: smaller pops first. Wake-up (empty) tasks beat node tasks; node tasks pop
+# by higher reentrant depth, then by higher sequence_nr (the later forward op first).
+_WAKE_PRIO = -(1 << 61)
+_SHUTDOWN_PRIO = 1 << 62  # last: a worker drains its queue before it stops
+_SEQ_BITS = 40
+
+
+class ReadyQueue:
+    """A priority queue of NodeTasks, shared by every GraphTask that uses its thread.
+
+    Entries are flat tuples ``(prio, tie, graph_task, node, inputs)``; ``tie`` is a global
+    counter, so tuple comparison never reaches the objects behind it.
+    """
+
+    __slots__ = ("_heap", "_cv", "closed")
+
+    def __init__(self) -> None:
+        self._heap: list = []
+        self._cv = threading.Condition(threading.Lock())
+        self.closed = False  # set once the serving worker has stopped; push then refuses
+
+    def push(self, prio: int, gt: Any, node: Any, inputs: Any) -> bool:
+        with self._cv:
+            if self.closed:
+                return False
+            heapq.heappush(self._heap, (prio, _next_tie(), gt, node, inputs))
+            self._cv.notify()
+        return True
+
+    def pop(self) -> tuple:
+        with self._cv:
+            heap = self._heap
+            while not heap:
+                self._cv.wait()
+            return heapq.heappop(heap)
+
+    def purge(self, gt: Any) -> int:
+        """Drop every task of ``gt``; return how many were dropped."""
+        with self._cv:
+            keep = [e for e in self._heap if e[2] is not gt]
+            dropped = len(self._heap) - len(keep)
+            if dropped:
+                heapq.heapify(keep)
+                self._heap = keep
+            return dropped
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class GraphTask:
+    """The state of one backward call (PyTorch's GraphTask). See docs/architecture.md."""
+
+    __slots__ = (
+        "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut",
+        "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
+        "owner_queue", "error", "done", "final_callbacks", "future", "lock", "__weakref__",
+    )
+
+    def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
+        self.dependencies: dict[Node, int] = {}   # node -> incoming edges still expected
+        self.not_ready: dict[Node, list] = {}     # node -> input buffer (one slot per input)
+        self.outstanding = 0                      # see Note [Completion]
+        self.exec_info: dict[Node, bool] | None = None  # None: run everything reachable
+        self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
+        self.captured: list = []
+        self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
+        self.keep_graph = keep_graph
+        self.create_graph = create_graph
+        # Thread-local state captured from the caller; see Note [Thread-local state].
+        self.anomaly = tls.anomaly
+        self.check_nan = tls.anomaly_check_nan
+        self.saved_hooks = tls.saved_hooks
+        self.depth = depth
+        self.prio_base = depth << _SEQ_BITS
+        self.owner_queue = owner_queue
+        self.error: BaseException | None = None
+        self.done = False
+        self.final_callbacks: list[Callable[[], None]] = []
+        self.future: Future = Future()
+        self.lock = threading.Lock()
+
+
+_SHUTDOWN = object()  # the node slot of a shutdown task
+
+
+def _install(gt: GraphTask) -> None:
+    """Make this thread behave as the backward caller did. See Note [Thread-local state]."""
+    tls.grad_enabled = gt.create_graph
+    tls.anomaly = gt.anomaly
+    tls.anomaly_check_nan = gt.check_nan
+    tls.saved_hooks = gt.saved_hooks
+    tls.current_task = gt
+
+
+def _add_node_to_message(e: BaseException, node: Node | None) -> None:
+    """Name the failing node in the exception's message, once (nested backward re-raises)."""
+    if node is None or getattr(e, "_threadgrad_node", None) is not None:
+        return
+    try:
+        e._threadgrad_node = node.name()  # type: ignore[attr-defined]
+    except AttributeError:  # exceptions with __slots__ and no dict
+        return
+    suffix = f" [raised in {node.name()} during backward]"
+    if e.args and isinstance(e.args[0], str):
+        e.args = (e.args[0] + suffix,) + e.args[1:]
+    elif not e.args:
+        e.args = (suffix.strip(" []"),)
+    elif hasattr(e, "add_note"):
+        e.add_note(suffix.strip(" []"))
+    trace = node.__dict__.get("_metadata", {}).get("traceback_")
+    if trace is not None:
+        note = f"Traceback of forward call that caused the error (anomaly mode, node {node.name()}):\n" + "".join(trace)
+        if hasattr(e, "add_note"):
+            e.add_note(note)
+        else:  # Python 3.10: no notes; keep it reachable
+            e.__threadgrad_forward_trace__ = note  # type: ignore[attr-defined]
+
+
+def _all_none(grads: list) -> bool:
+    for g in grads:
+        if g is not None:
+            return False
+    return True
+
+
+def _check_nan(node: Node, outputs: Any) -> None:
+    for i, g in enumerate(outputs):
+        if g is not None and g.data.dtype.kind in "fc" and bool(g.device.xp.isnan(g.data).any()):
+            raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+
+
+class _Pool:
+    """Reusable threads for reentrant overflow and backward_async. Grows when all are busy
+    (a reentrant chain needs one per hop), never shrinks until ``stop``."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._jobs: list[Callable[[], None]] = []
+        self._idle = 0
+        self._stopping = False
+        self.threads: list[threading.Thread] = []
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._cv:
+            self._jobs.append(job)
+            if self._idle >= len(self._jobs):
+                self._cv.notify()
+                return
+            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{len(self.threads)}", daemon=True)
+            self.threads.append(t)
+        t.start()
+
+    def _loop(self) -> None:
+        tls.is_worker = True
+        while True:
+            with self._cv:
+                while not self._jobs and not self._stopping:
+                    self._idle += 1
+                    self._cv.wait()
+                    self._idle -= 1
+                if not self._jobs:
+                    return
+                job = self._jobs.pop(0)
+            job()
+
+    def stop(self) -> list[threading.Thread]:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            return list(self.threads)
+
+
+class Engine:
+    """The process-wide executor (``engine.get_engine()``).
+
+    ``max_recursion_depth``: reentrant backward calls nest at most this many levels on one
+    thread's stack before the next level moves to a pool thread (Note [Reentrant backward]).
+    """
+
+    def __init__(self) -> None:
+        # Each level of inline reentrance costs ~10 Python frames; 40 levels stay well inside
+        # the interpreter's default recursion limit of 1000 even with user code on top.
+        self.max_recursion_depth = 40
+        self._lock = threading.Lock()
+        self._workers: dict[devices.Device, tuple[ReadyQueue, threading.Thread]] = {}
+        self._pool = _Pool()
+
+    # -- threads ----------------------------------------------------------------------
+    def _device_queue(self, device: devices.Device) -> ReadyQueue:
+        w = self._workers.get(device)
+        if w is not None:
+            return w[0]
+        with self._lock:
+            w = self._workers.get(device)
+            if w is None:
+                q = ReadyQueue()
+                t = threading.Thread(target=self._device_worker, args=(device, q),
+                                     name=f"threadgrad-{device}", daemon=True)
+                w = self._workers[device] = (q, t)
+                t.start()
+        return w[0]
+
+    def _device_worker(self, device: devices.Device, q: ReadyQueue) -> None:
+        tls.is_worker = True
+        tls.local_queue = q
+        tls.own_queue = q
+        if device.type == "cuda":
+            device.xp.cuda.Device(device.index).use()
+        self._thread_main(None)
+
+    def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list) -> None:
+        """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock)."""
+        gt.outstanding += 1
+        prio = -(gt.prio_base | node.sequence_nr)
+        if not device.needs_worker:
+            gt.owner_queue.push(prio, gt, node, inputs)
+            return
+        while not self._device_queue(device).push(prio, gt, node, inputs):
+            pass  # that worker was shut down after we looked it up; the next lookup starts a new one
+
+    def worker_threads(self) -> list[threading.Thread]:
+        """The live threads this engine started: device workers and pool threads."""
+        threads = [t for _, t in list(self._workers.values())] + list(self._pool.threads)
+        return [t for t in threads if t.is_alive()]
+
+    def shutdown(self) -> None:
+        """Stop and join every engine thread (idempotent); the next backward restarts them.
+
+        Workers drain their queues before stopping, so backward calls in flight finish.
+        """
+        if tls.current_task is not None:
+            raise RuntimeError("get_engine().shutdown() cannot be called from inside a backward pass")
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+            pool, self._pool = self._pool, _Pool()
+        for q, _ in workers:
+            q.push(_SHUTDOWN_PRIO, None, _SHUTDOWN, None)
+        threads = [t for _, t in workers] + pool.stop()
+        me = threading.current_thread()
+        for t in threads:
+            if t is not me:
+                t.join()
+
+    def _after_fork_in_child(self) -> None:
+        # Threads do not survive fork; locks held by them at that moment would stay held.
+        self._lock = threading.Lock()
+        self._workers = {}
+        self._pool = _Pool()
+        tls.own_queue = None
+        tls.local_queue = None
+        tls.current_task = None
+        tls.depth = 0
+        tls.total_depth = 0
+
+    # -- running a GraphTask ----------------------------------------------------------
+    def execute(self, gt: GraphTask, root: GraphRoot) -> None:
+        """Run ``gt`` from ``root`` on this thread (or, past the depth limit, on a pool thread)
+        and return when it is done; the result or error is in ``gt.future``."""
+        parent = tls.current_task
+        if parent is None:
+            # A fresh backward: this thread owns it and serves its own cpu queue.
+            q = tls.own_queue
+            if q is None:
+                q = tls.own_queue = ReadyQueue()
+            gt.owner_queue = q
+            with gt.lock:
+                self._push(gt, _cpu, root, [])
+            prev_queue = tls.local_queue
+            tls.local_queue = q
+            try:
+                self._thread_main(gt)
+            finally:
+                tls.local_queue = prev_queue
+            return
+        # Reentrant: see Note [Reentrant backward].
+        gt.owner_queue = tls.local_queue
+        with gt.lock:
+            self._push(gt, _cpu, root, [])
+        if tls.depth >= self.max_recursion_depth:
+            self._pool.submit(lambda: self._run_on_pool(gt))
+            gt.future.exception()  # wait, without raising here: the caller reads the future
+            return
+        prev_total = tls.total_depth
+        tls.depth += 1
+        tls.total_depth = gt.depth
+        try:
+            self._thread_main(gt)
+        finally:
+            tls.depth -= 1
+            tls.total_depth = prev_total
+
+    def _run_on_pool(self, gt: GraphTask) -> None:
+        tls.local_queue = gt.owner_queue
+        tls.total_depth = gt.depth
+        tls.depth = 0
+        try:
+            self._thread_main(gt)
+        finally:
+            tls.local_queue = None
+            tls.total_depth = 0
+
+    def run_async(self, job: Callable[[], None]) -> None:
+        """Run ``job`` (a whole backward call) on a pool thread."""
+        self._pool.submit(job)
+
+    def _thread_main(self, wait_for: GraphTask | None) -> None:
+        """Pop and run tasks from this thread's queue until ``wait_for`` is done (forever
+        for device workers, until a shutdown task). Restores the thread's state on exit."""
+        q = tls.local_queue
+        saved = (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks, tls.current_task)
+        run = self._run_task
+        try:
+            while wait_for is None or not wait_for.done:
+                _, _, gt, node, inputs = q.pop()
+                if gt is None:
+                    if node is _SHUTDOWN:
+                        q.closed = True
+                        return
+                    continue  # a wake-up: re-check wait_for.done
+                if tls.current_task is not gt:
+                    _install(gt)
+                run(gt, node, inputs)
+                if gt.done:
+                    tls.current_task = None  # drop the reference; the next task re-installs
+            if wait_for.error is not None:
+                q.purge(wait_for)
+        finally:
+            (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks, tls.current_task) = saved
+
+    def _run_task(self, gt: GraphTask, fn: Node, inputs: list) -> None:
+        """Run one node and route its outputs (PyTorch's evaluate_function)."""
+        outputs = None
+        if gt.error is None:
+            try:
+                if gt.exec_info is None:
+                    outputs = self._call_function(gt, fn, inputs, True)
+                else:
+                    outputs = self._capture_and_call(gt, fn, inputs)
+            except BaseException as e:  # noqa: BLE001 - see Note [Errors]
+                self._fail(gt, e, fn)
+        err = None
+        with gt.lock:
+            if outputs and gt.error is None:
+                try:
+                    self._route(gt, fn, outputs)
+                except BaseException as e:  # noqa: BLE001
+                    err = e
+            gt.outstanding -= 1
+            last = gt.outstanding == 0
+        if err is not None:
+            self._fail(gt, err, fn)
+        if last:
+            self._complete(gt)
+
+    def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+        hooks = fn._hooks
+        if hooks is not None:
+            if tensor_hooks:
+                inputs = hooks.run_tensor_pre(fn, inputs)
+            inputs = hooks.run_pre(fn, inputs)
+        if inputs and inputs[0] is None and _all_none(inputs):
+            # Nothing arrived (all gradients undefined): the node's outputs are undefined too.
+            outputs = [None] * len(fn.next_edges)
+        else:
+            outputs = fn.apply(inputs)  # (GraphRoot takes no inputs)
+        if hooks is not None and hooks.post:
+            outputs = hooks.run_post(fn, outputs, inputs)
+        if not gt.keep_graph:
+            fn.release_variables()
+        if gt.anomaly and gt.check_nan:
+            _check_nan(fn, outputs)
+        return outputs
+
+    def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
+        """grad()/backward(inputs=): record the requested gradients arriving at ``fn``
+        (after its tensor hooks, as PyTorch does), then run it only if it is needed."""
+        needed = gt.exec_info.get(fn, False)  # type: ignore[union-attr]
+        caps = gt.captures.get(fn)  # type: ignore[union-attr]
+        if caps is None:
+            return self._call_function(gt, fn, inputs, True) if needed else None
+        hooks = fn._hooks
+        if hooks is not None:
+            inputs = hooks.run_tensor_pre(fn, inputs)
+        for slot, idx in caps:
+            gt.captured[idx] = inputs[slot]
+        return self._call_function(gt, fn, inputs, False) if needed else None
+
+    def _route(self, gt: GraphTask, fn: Node, outputs: Any) -> None:
+        """Send each output gradient to its successor's input buffer; queue the successors
+        that became ready (caller holds gt.lock). One dict operation per edge."""
+        edges = fn.next_edges
+        if len(outputs) != len(edges):
+            raise RuntimeError(
+                f"{fn.name()} returned {len(outputs)} gradients, but its forward had {len(edges)} inputs"
+            )
+        deps = gt.dependencies
+        not_ready = gt.not_ready
+        exec_info = gt.exec_info
+        for i in range(len(edges)):
+            nxt, nr = edges[i]
+            if nxt is None:
+                continue
+            g = outputs[i]
+            if exec_info is not None:
+                # Skip nodes grad()/backward(inputs=) does not need, and edges cut by no_grad_vars.
+                if not (exec_info.get(nxt) or nxt in gt.captures) or (nxt, nr) in gt.cut:  # type: ignore[operator]
+                    continue
+            count = deps[nxt]
+            if count == 1:
+                del deps[nxt]
+                buf = not_ready.pop(nxt, None)
+                if buf is None:
+                    if nxt.num_inputs == 1:
+                        # Fast path: a single-input node made ready by its only edge needs no buffer.
+                        self._push(gt, _cpu if g is None else g.device, nxt, [g])
+                        continue
+                    buf = [None] * nxt.num_inputs
+                if g is not None:
+                    old = buf[nr]
+                    buf[nr] = g if old is None else old + g
+                self._push(gt, _buffer_device(buf), nxt, buf)
+            else:
+                deps[nxt] = count - 1
+                buf = not_ready.get(nxt)
+                if buf is None:
+                    buf = not_ready[nxt] = [None] * nxt.num_inputs
+                if g is not None:
+                    old = buf[nr]
+                    buf[nr] = g if old is None else old + g
+
+    def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None) -> None:
+        """See Note [Errors]."""
+        with gt.lock:
+            if gt.error is not None:
+                return
+            gt.error = e
+        _add_node_to_message(e, fn)
+        gt.done = True
+        gt.future.set_exception(e)
+        self._wake_owner(gt)
+
+    def _complete(self, gt: GraphTask) -> None:
+        """See Note [Completion]."""
+        if gt.error is not None:
+            return
+        try:
+            cbs = gt.final_callbacks
+            while cbs:  # a callback may queue more callbacks
+                cbs.pop(0)()
+        except BaseException as e:  # noqa: BLE001
+            self._fail(gt, e, None)
+            return
+        gt.done = True
+        gt.future.set_result(gt.captured if gt.captures is not None else None)
+        self._wake_owner(gt)
+
+    @staticmethod
+    def _wake_owner(gt: GraphTask) -> None:
+        if tls.local_queue is not gt.owner_queue:
+            gt.owner_queue.push(_WAKE_PRIO, None, None, None)
+
+
+def _buffer_device(buf: list) -> devices.Device:
+    for g in buf:
+        if g is not None:
+            return g.device
+    return _cpu
+
+
+_engine = Engine()
+os.register_at_fork(after_in_child=lambda: _engine._after_fork_in_child())
+
+
+def get_engine() -> Engine:
+    """The process-wide executor.
+
+    >>> import engine
+    >>> engine.get_engine().max_recursion_depth > 0
+    True
+    """
+    return _engine
+
+
+def format_stack_for_anomaly() -> list[str]:
+    return traceback.format_stack()[:-2]

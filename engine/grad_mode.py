@@ -1,0 +1,85 @@
+"""Thread-local grad mode: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``is_grad_enabled``.
+
+See Note [Thread-local state] in _state.py.
+
+>>> import engine
+>>> x = engine.ones(2, requires_grad=True)
+>>> with engine.no_grad():
+...     y = x * 2
+>>> y.requires_grad
+False
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+from ._state import tls
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def is_grad_enabled() -> bool:
+    """True when ops on this thread record the graph."""
+    return tls.grad_enabled
+
+
+class _GradModeContext:
+    """Base of the grad-mode context managers; also usable as a decorator."""
+
+    _mode: bool
+
+    def __enter__(self) -> None:
+        self._prev = tls.grad_enabled
+        tls.grad_enabled = self._mode
+
+    def __exit__(self, *exc: Any) -> None:
+        tls.grad_enabled = self._prev
+
+    def __call__(self, fn: F) -> F:
+        mode = self._mode
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            prev = tls.grad_enabled
+            tls.grad_enabled = mode
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tls.grad_enabled = prev
+
+        return wrapper  # type: ignore[return-value]
+
+
+class no_grad(_GradModeContext):
+    """Context manager / decorator: ops inside record no graph (on this thread only)."""
+
+    _mode = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager / decorator: ops inside record the graph, even within ``no_grad``."""
+
+    _mode = True
+
+
+class set_grad_enabled(_GradModeContext):
+    """Set grad mode on this thread: as a function call it takes effect at once; as a
+    context manager it is restored on exit.
+
+    >>> import engine
+    >>> _ = engine.set_grad_enabled(False); engine.is_grad_enabled()
+    False
+    >>> _ = engine.set_grad_enabled(True)
+    """
+
+    def __init__(self, mode: bool) -> None:
+        self._prev = tls.grad_enabled
+        self._mode = bool(mode)
+        tls.grad_enabled = self._mode
+
+    def __enter__(self) -> None:  # the switch already happened in __init__
+        pass
+
+    def __exit__(self, *exc: Any) -> None:
+        tls.grad_enabled = self._prev

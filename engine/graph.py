@@ -1,0 +1,369 @@
+"""The backward graph: Node, its edges and hooks, saved tensors, AccumulateGrad, GraphRoot.
+
+A Node is the backward of one forward op. It takes one gradient per forward *output*
+(``num_inputs`` of them, PyTorch's naming) and returns one gradient per forward *input*,
+which the executor sends along ``next_edges``: a tuple of ``(node, input_nr)`` pairs,
+``(None, 0)`` where that input needs no gradient.
+
+>>> import engine
+>>> x = engine.ones(3, requires_grad=True)
+>>> y = (x * 2).sum()
+>>> y.grad_fn.name(), y.grad_fn.next_functions[0][0].name()
+('SumBackward0', 'MulBackward0')
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from ._state import tls
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+# Global, thread-safe sequence numbers: next() on itertools.count is atomic under the GIL.
+# Later forward ops get higher numbers and run earlier in backward (see ReadyQueue).
+_next_seq = itertools.count().__next__
+
+# AccumulateGrad and GraphRoot run before anything else that is ready (PyTorch gives them
+# UINT64_MAX): accumulating a leaf early frees its buffer and lets post-accumulate hooks fire.
+MAX_SEQ = (1 << 40) - 1
+
+NO_EDGE = (None, 0)
+
+
+class RemovableHandle:
+    """Returned by every ``register_*hook``; ``remove()`` unregisters the hook (idempotent)."""
+
+    __slots__ = ("_table", "_key")
+    _ids = itertools.count()
+
+    def __init__(self, table: dict) -> None:
+        self._table = table
+        self._key = next(RemovableHandle._ids)
+
+    def remove(self) -> None:
+        self._table.pop(self._key, None)
+
+    def __enter__(self) -> "RemovableHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def _add_hook(table: dict, fn: Callable) -> RemovableHandle:
+    if not callable(fn):
+        raise TypeError(f"hook must be callable, got {type(fn).__name__}")
+    handle = RemovableHandle(table)
+    table[handle._key] = fn
+    return handle
+
+
+class NodeHooks:
+    """All hooks of one node. A node without hooks has ``_hooks = None``, so the executor
+    pays one attribute test per node when no hook exists anywhere."""
+
+    __slots__ = ("tensor_pre", "retains_grad", "pre", "post")
+
+    def __init__(self) -> None:
+        self.tensor_pre: dict[int, dict] = {}  # input slot -> {key: fn(grad) -> grad|None}
+        self.retains_grad: dict[int, Callable] = {}  # input slot -> fn(grad), runs after tensor_pre
+        self.pre: dict = {}  # {key: fn(grad_outputs) -> grad_outputs|None}
+        self.post: dict = {}  # {key: fn(grad_inputs, grad_outputs) -> grad_inputs|None}
+
+    def run_tensor_pre(self, node: "Node", grads: list) -> list:
+        """Tensor hooks, then retains_grad hooks (PyTorch's order; node pre-hooks come after)."""
+        if self.tensor_pre:
+            grads = list(grads)
+            for slot, table in self.tensor_pre.items():
+                for fn in list(table.values()):
+                    g = grads[slot]
+                    if g is None:
+                        continue
+                    new = fn(g)
+                    if new is not None:
+                        grads[slot] = _check_hook_result(fn, new, g, node)
+        for slot, fn in list(self.retains_grad.items()):
+            if grads[slot] is not None:
+                fn(grads[slot])
+        return grads
+
+    def run_pre(self, node: "Node", grads: list) -> list:
+        """Node pre-hooks: ``fn(grad_outputs)``, a non-None return replaces them."""
+        for fn in list(self.pre.values()):
+            new = fn(tuple(grads))
+            if new is not None:
+                grads = _check_hook_results(fn, new, grads, node)
+        return grads
+
+    def run_post(self, node: "Node", grad_inputs: Sequence, grad_outputs: Sequence) -> Sequence:
+        for fn in list(self.post.values()):
+            new = fn(tuple(grad_inputs), tuple(grad_outputs))
+            if new is not None:
+                grad_inputs = _check_hook_results(fn, new, grad_inputs, node)
+        return grad_inputs
+
+
+def _hook_name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _check_hook_result(fn: Callable, new: Any, old: "Tensor", node: "Node") -> "Tensor":
+    from .tensor import Tensor
+
+    if not isinstance(new, Tensor):
+        raise TypeError(f"hook '{_hook_name(fn)}' on {node.name()} returned {type(new).__name__}; expected a Tensor or None")
+    if new.shape != old.shape:
+        raise RuntimeError(
+            f"hook '{_hook_name(fn)}' on {node.name()} returned a gradient of shape {tuple(new.shape)}, "
+            f"but the gradient it was given has shape {tuple(old.shape)}"
+        )
+    return new
+
+
+def _check_hook_results(fn: Callable, new: Any, old: Sequence, node: "Node") -> list:
+    if not isinstance(new, (tuple, list)) or len(new) != len(old):
+        raise RuntimeError(
+            f"hook '{_hook_name(fn)}' on {node.name()} must return None or a sequence of {len(old)} gradients, got {new!r:.80}"
+        )
+    return [n if (n is None or o is None) else _check_hook_result(fn, n, o, node) for n, o in zip(new, old)]
+
+
+# --- saved tensors ---------------------------------------------------------------------
+
+class SavedOutput:
+    """A node's own output, saved by data only: holding the output Tensor would make the
+    cycle output -> grad_fn -> saved output. Unpacking rebuilds a Tensor whose grad_fn is
+    the node (alive, since it is the node doing the unpacking)."""
+
+    __slots__ = ("data", "vc", "output_nr", "device")
+
+    def __init__(self, t: "Tensor") -> None:
+        self.data = t.data
+        self.vc = t._vc
+        self.output_nr = t._output_nr
+        self.device = t.device
+
+    def unpack(self, node: "Node") -> "Tensor":
+        from .tensor import _wrap
+
+        t = _wrap(self.data, self.device)
+        t.grad_fn = node
+        t._rg = True
+        t._vc = self.vc
+        t._output_nr = self.output_nr
+        return t
+
+
+class SavedHooked:
+    """A tensor saved while ``saved_tensors_hooks`` were active: only what ``pack`` returned is kept."""
+
+    __slots__ = ("packed", "unpack_fn")
+
+    def __init__(self, packed: Any, unpack_fn: Callable) -> None:
+        self.packed = packed
+        self.unpack_fn = unpack_fn
+
+    def unpack(self, node: "Node") -> "Tensor":
+        from .tensor import Tensor
+
+        t = self.unpack_fn(self.packed)
+        if not isinstance(t, Tensor):
+            raise TypeError(f"saved-tensor unpack hook returned {type(t).__name__} in {node.name()}; expected a Tensor")
+        return t
+
+
+FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they "
+    "have already been freed). Saved intermediate values of the graph are freed when you call .backward() "
+    "or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time "
+    "or if you need to access saved tensors after calling backward."
+)
+
+
+def _modified_error(node: "Node", t: "Tensor", expected: int) -> RuntimeError:
+    origin = "a leaf tensor" if t.grad_fn is None else f"output {t._output_nr} of {t.grad_fn.name()}"
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[{t.dtype} tensor of shape {list(t.shape)}], which is {origin}, is at version {t._vc[0]}; "
+        f"expected version {expected} instead (saved by {node.name()}). Hint: find the in-place op that "
+        "changed it after it was saved, or replace it with its out-of-place form."
+    )
+
+
+def pack_saved(node: "Node", tensors: Iterable["Tensor | None"]) -> None:
+    """The one choke point every saved tensor passes through (STYLE.md habit 5).
+
+    Records each tensor's version so a later in-place change is caught at unpack; runs the
+    innermost ``saved_tensors_hooks`` pack function when one is active on this thread.
+    """
+    hooks = tls.saved_hooks
+    saved = []
+    versions = []
+    for t in tensors:
+        if t is None:
+            saved.append(None)
+            versions.append(None)
+        elif hooks:
+            pack, unpack = hooks[-1]
+            saved.append(SavedHooked(pack(t), unpack))
+            versions.append(None)
+        elif t.grad_fn is node:
+            saved.append(SavedOutput(t))
+            versions.append(t._vc[0])
+        else:
+            saved.append(t)
+            versions.append(t._vc[0])
+    node._saved = tuple(saved)
+    node._saved_ver = tuple(versions)
+
+
+class Node:
+    """The backward of one forward op (PyTorch's ``torch.autograd.graph.Node``).
+
+    Subclasses implement ``backward(self, *grad_outputs) -> tuple`` (one entry per
+    ``next_edges``), written with differentiable ops so that ``create_graph=True`` works.
+    Built-in op nodes are created by ``record`` (engine.function), which fills the slots.
+    """
+
+    # Hot attributes are slots; rare ones (metadata, hooks, anomaly trace) live in the
+    # instance __dict__, created only when first written, with the class defaults below.
+    __slots__ = ("next_edges", "sequence_nr", "_saved", "_saved_ver", "__dict__", "__weakref__")
+
+    num_inputs = 1  # gradients this node takes = outputs of its forward op
+    _hooks: NodeHooks | None = None
+
+    def name(self) -> str:
+        """PyTorch-style name, e.g. ``"MulBackward0"``."""
+        return type(self).__name__
+
+    # -- graph introspection ----------------------------------------------------------
+    @property
+    def next_functions(self) -> tuple:
+        """Tuple of ``(node, input_nr)``, ``(None, 0)`` for inputs that need no gradient."""
+        return tuple(self.next_edges)
+
+    @property
+    def metadata(self) -> dict:
+        """A free-form dict for users and tools (anomaly mode keeps the forward trace here)."""
+        d = self.__dict__.get("_metadata")
+        if d is None:
+            d = self.__dict__["_metadata"] = {}
+        return d
+
+    @property
+    def needs_input_grad(self) -> tuple:
+        """One bool per forward input: does a gradient for it go anywhere?"""
+        return tuple(e[0] is not None for e in self.next_edges)
+
+    # -- hooks ------------------------------------------------------------------------
+    def _hooks_obj(self) -> NodeHooks:
+        h = self._hooks
+        if h is None:
+            h = self._hooks = NodeHooks()
+        return h
+
+    def register_hook(self, fn: Callable) -> RemovableHandle:
+        """``fn(grad_inputs, grad_outputs)`` runs after the node; a non-None return replaces grad_inputs."""
+        return _add_hook(self._hooks_obj().post, fn)
+
+    def register_prehook(self, fn: Callable) -> RemovableHandle:
+        """``fn(grad_outputs)`` runs before the node; a non-None return replaces grad_outputs."""
+        return _add_hook(self._hooks_obj().pre, fn)
+
+    # -- saved tensors ----------------------------------------------------------------
+    def saved_tensors(self) -> tuple:
+        """Unpack what forward saved, checking versions. Raises once the graph was freed."""
+        saved = self._saved
+        if saved is None:
+            raise RuntimeError(FREED_MESSAGE + f" (node: {self.name()})")
+        out = []
+        for e, v in zip(saved, self._saved_ver):
+            if e is None:
+                out.append(None)
+                continue
+            if type(e) is SavedOutput:
+                if e.vc[0] != v:
+                    raise _modified_error(self, e.unpack(self), v)
+                out.append(e.unpack(self))
+                continue
+            if type(e) is SavedHooked:
+                out.append(e.unpack(self))
+                continue
+            if e._vc[0] != v:
+                raise _modified_error(self, e, v)
+            out.append(e)
+        return tuple(out)
+
+    def release_variables(self) -> None:
+        """Drop saved tensors (after a backward without retain_graph)."""
+        if self._saved:
+            self._saved = None
+
+    # -- execution --------------------------------------------------------------------
+    def apply(self, grads: list) -> Sequence:
+        """Run the backward on one gradient per forward output; return one per input edge."""
+        return self.backward(*grads)
+
+    def backward(self, *grads: Any) -> Sequence:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{self.name()} does not implement backward")
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+
+class AccumulateGrad(Node):
+    """Sink for a leaf that requires grad: adds the incoming gradient into ``variable.grad``.
+
+    Kept weakly by the leaf and strongly by the edges of the nodes that use it (as in
+    PyTorch), so it lives exactly as long as some graph can reach it. Its lock makes
+    concurrent backward calls that reach one leaf safe.
+    """
+
+    __slots__ = ("variable", "_lock")
+
+    def __init__(self, variable: "Tensor") -> None:
+        self.variable = variable
+        self.next_edges = ()
+        self.sequence_nr = MAX_SEQ
+        self._saved = ()
+        self._saved_ver = ()
+        self._lock = threading.Lock()
+        ext = variable._ext
+        if ext is not None and ext.hooks is not None:
+            self._hooks = ext.hooks
+
+    def apply(self, grads: list) -> tuple:
+        from .tensor import accumulate_into
+
+        g = grads[0]
+        if g is not None:
+            var = self.variable
+            with self._lock:
+                accumulate_into(var, g)
+            ext = var._ext
+            if ext is not None and ext.post_acc:
+                for fn in list(ext.post_acc.values()):
+                    fn(var)
+        return ()
+
+    def release_variables(self) -> None:
+        pass
+
+
+class GraphRoot(Node):
+    """The node a backward call starts from: it emits the root gradients along its edges."""
+
+    __slots__ = ("grads",)
+
+    def __init__(self, edges: tuple, grads: list) -> None:
+        self.next_edges = edges
+        self.grads = grads
+        self.sequence_nr = MAX_SEQ
+        self._saved = ()
+        self._saved_ver = ()
+
+    def apply(self, grads: list) -> list:
+        return self.grads

@@ -1,0 +1,360 @@
+"""``engine.Tensor``: one array plus the autograd bookkeeping around it.
+
+Operators (``+``, ``@``, ``.sum()``, ``.exp()``, in-place methods ...) are attached by the
+``ops`` package when it is imported (``import engine`` imports it), so that each op is
+defined once, in ops/ (see ops/_methods.py).
+
+>>> import engine
+>>> x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad.tolist()
+[2.0, 4.0, 6.0]
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy
+
+import devices
+from devices import Device
+
+from ._state import tls
+from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook
+
+_cpu = devices.cpu
+_getrefcount = sys.getrefcount
+
+
+class _TensorExt:
+    """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
+
+    __slots__ = ("hooks", "post_acc", "retains_grad", "__weakref__")
+
+    def __init__(self) -> None:
+        self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
+        self.post_acc: dict = {}
+        self.retains_grad = False
+
+
+def to_device(spec: Any) -> Device:
+    """``None`` -> cpu; a Device -> itself; a spec string -> the interned Device."""
+    if spec is None:
+        return _cpu
+    if type(spec) is Device or isinstance(spec, Device):
+        return spec
+    return devices.get(spec)
+
+
+def to_dtype(dtype: Any) -> numpy.dtype | None:
+    if dtype is None:
+        return None
+    try:
+        return numpy.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"not a dtype: {dtype!r} (use e.g. numpy.float32, 'float64' or engine.float32)") from None
+
+
+class Tensor:
+    """An n-dimensional array that can record the ops applied to it for autograd.
+
+    Attributes: ``data`` (the numpy/cupy array), ``shape``, ``ndim``, ``dtype``,
+    ``device``, ``requires_grad``, ``grad``, ``grad_fn``, ``is_leaf``, ``retains_grad``,
+    ``version``. Create tensors with :func:`engine.tensor` and friends.
+    """
+
+    # data: the array. device: interned Device. grad_fn: Node or None. _rg: requires_grad
+    # (True for every non-leaf with a grad_fn). _grad: .grad. _vc: version counter, a
+    # one-element list shared by a tensor and its views. _output_nr: which output of
+    # grad_fn this is. _acc: weakref to the leaf's AccumulateGrad. _ext: _TensorExt or None.
+    __slots__ = ("data", "device", "grad_fn", "_rg", "_grad", "_vc", "_output_nr", "_acc", "_ext", "__weakref__")
+
+    __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our operators
+
+    def __init__(self, data: Any, device: Any = None, requires_grad: bool = False) -> None:
+        dev = to_device(device)
+        if not isinstance(data, dev.xp.ndarray):
+            data = dev.asarray(data)
+        self.data = data
+        self.device = dev
+        self.grad_fn = None
+        self._rg = False
+        self._grad = None
+        self._vc = [0]
+        self._output_nr = 0
+        self._acc = None
+        self._ext = None
+        if requires_grad:
+            self.requires_grad = True
+
+    # -- array facts --------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def dtype(self) -> numpy.dtype:
+        return self.data.dtype
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def __len__(self) -> int:
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    @property
+    def version(self) -> int:
+        """Bumped by exactly one by every in-place op on this tensor or a view of it."""
+        return self._vc[0]
+
+    # -- autograd attributes ------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        flag = bool(flag)
+        if self.grad_fn is not None:
+            if not flag:
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                    "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+                )
+            return
+        if flag and self.data.dtype.kind not in "fc":
+            raise RuntimeError(f"Only Tensors of floating point dtype can require gradients (got {self.data.dtype})")
+        self._rg = flag
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        self.requires_grad = flag
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def grad(self) -> "Tensor | None":
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: "Tensor | None") -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has shape {tuple(value.shape)}, but the tensor has shape {tuple(self.shape)}")
+            if value.device is not self.device:
+                raise RuntimeError(f"assigned grad is on {value.device}, but the tensor is on {self.device}")
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._ext is not None and self._ext.retains_grad
+
+    def _ext_obj(self) -> _TensorExt:
+        e = self._ext
+        if e is None:
+            e = self._ext = _TensorExt()
+        return e
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf after backward (a no-op on leaves)."""
+        if not self._rg:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is None:
+            return
+        ext = self._ext_obj()
+        if ext.retains_grad:
+            return
+        ext.retains_grad = True
+        ref = weakref.ref(self)
+
+        def retain(grad: Tensor) -> None:
+            t = ref()
+            if t is not None:
+                accumulate_into(t, grad, copy=True)
+
+        self.grad_fn._hooks_obj().retains_grad[self._output_nr] = retain
+
+    def register_hook(self, fn: Callable[["Tensor"], "Tensor | None"]) -> RemovableHandle:
+        """``fn(grad)`` runs when this tensor's gradient is computed; a returned Tensor replaces it."""
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            hooks = self.grad_fn._hooks_obj()
+            return _add_hook(hooks.tensor_pre.setdefault(self._output_nr, {}), fn)
+        ext = self._ext_obj()
+        if ext.hooks is None:
+            ext.hooks = NodeHooks()
+        acc = self._acc() if self._acc is not None else None
+        if acc is not None:
+            acc._hooks = ext.hooks
+        return _add_hook(ext.hooks.tensor_pre.setdefault(0, {}), fn)
+
+    def register_post_accumulate_grad_hook(self, fn: Callable[["Tensor"], None]) -> RemovableHandle:
+        """``fn(tensor)`` runs after a gradient was accumulated into this leaf's ``.grad``."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        return _add_hook(self._ext_obj().post_acc, fn)
+
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``; see :func:`engine.backward`."""
+        from .autograd import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    # -- conversions --------------------------------------------------------------------
+    def numpy(self) -> numpy.ndarray:
+        """A host numpy array (a view for cpu tensors). Refused while requires_grad, like torch."""
+        if self._rg:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self.device.to_host(self.data)
+
+    def item(self) -> Any:
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
+        return self.data.item()
+
+    def tolist(self) -> Any:
+        return self.device.to_host(self.data).tolist()
+
+    def detach(self) -> "Tensor":
+        """A new leaf sharing data (and version counter) with this tensor, outside the graph."""
+        t = _wrap(self.data, self.device)
+        t._vc = self._vc
+        return t
+
+    def cpu(self) -> "Tensor":
+        return self.to(_cpu)
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.device is not _cpu:
+            extra += f", device='{self.device}'"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        elif self._rg:
+            extra += ", requires_grad=True"
+        body = numpy.array2string(self.device.to_host(self.data), separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.data.dtype}{extra})"
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
+        return bool(self.data)
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    __hash__ = object.__hash__  # == is elementwise (ops), so hash stays identity like torch
+
+
+_new_tensor = object.__new__
+
+
+def _wrap(data: Any, device: Device) -> Tensor:
+    """Internal constructor: ``data`` is already an array of ``device``. The op hot path."""
+    t = _new_tensor(Tensor)
+    t.data = data
+    t.device = device
+    t.grad_fn = None
+    t._rg = False
+    t._grad = None
+    t._vc = [0]
+    t._output_nr = 0
+    t._acc = None
+    t._ext = None
+    return t
+
+
+def grad_accumulator(t: Tensor) -> AccumulateGrad:
+    """The leaf's AccumulateGrad, created on first use and kept weakly by the leaf.
+
+    Creation races between threads are benign only if both get the same node, so the
+    check-and-set runs under the accumulator-creation lock.
+    """
+    ref = t._acc
+    acc = ref() if ref is not None else None
+    if acc is None:
+        with _acc_lock:
+            ref = t._acc
+            acc = ref() if ref is not None else None
+            if acc is None:
+                acc = AccumulateGrad(t)
+                t._acc = weakref.ref(acc)
+    return acc
+
+
+import threading as _threading  # noqa: E402
+
+_acc_lock = _threading.Lock()
+
+
+def gradient_edge(t: Tensor) -> tuple:
+    """``(node, input_nr)`` through which a gradient reaches ``t``; ``(None, 0)`` if none does."""
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, t._output_nr)
+    if t._rg:
+        return (grad_accumulator(t), 0)
+    return (None, 0)
+
+
+def _array_refs(t: Tensor) -> int:
+    return _getrefcount(t.data)
+
+
+# References to an array held by exactly one Tensor and nothing else, as counted by
+# _array_refs (measured, not assumed, so interpreter changes to refcounting cannot fool it).
+_OWNED_REFS = _array_refs(_wrap(numpy.empty(1), _cpu))
+
+
+def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
+    """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock).
+
+    Under grad mode (create_graph) the sum is recorded in the graph. Otherwise the first
+    gradient is adopted without a copy when no other Tensor shares its array (PyTorch's
+    "steal" rule, checked by reference count) and copied otherwise; later gradients are
+    added in place, so ``.grad`` keeps its identity across backward calls.
+    """
+    old = var._grad
+    if tls.grad_enabled:
+        var._grad = g if old is None else old + g
+        return
+    if old is None:
+        data = g.data
+        if copy or data.base is not None or _array_refs(g) > _OWNED_REFS:
+            data = data.copy()
+        var._grad = _wrap(data, g.device)
+    elif old._rg or old.shape != g.shape or old.dtype != g.dtype:
+        var._grad = (old + g).detach()
+    else:
+        old.device.xp.add(old.data, g.data, out=old.data)
+        old._vc[0] += 1

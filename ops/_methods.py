@@ -1,0 +1,84 @@
+"""Tensor's operators and op methods, bound to the ops defined in this package.
+
+Kept in one table so that each op stays defined once (in its module) and the Tensor class
+in engine/ knows nothing of individual operators.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from engine.tensor import Tensor, _wrap
+
+from . import device, elementwise, linalg, reduce, shape
+
+
+def _rev(fn: Any) -> Any:
+    def reflected(self: Tensor, other: Any) -> Tensor:
+        return fn(other, self)
+
+    reflected.__name__ = f"r{fn.__name__}"
+    return reflected
+
+
+def _compare(ufunc_name: str) -> Any:
+    def compare(self: Tensor, other: Any) -> Tensor:
+        from ._core import binary_operands
+
+        a, b = binary_operands(self, other, ufunc_name)
+        return _wrap(getattr(a.device.xp, ufunc_name)(a.data, b.data), a.device)
+
+    compare.__name__ = f"__{ufunc_name}__"
+    return compare
+
+
+def _shape_args(shape: tuple) -> Any:
+    return shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+
+
+_METHODS: dict[str, Any] = {
+    "__add__": elementwise.add, "__radd__": _rev(elementwise.add),
+    "__sub__": elementwise.sub, "__rsub__": _rev(elementwise.sub),
+    "__mul__": elementwise.mul, "__rmul__": _rev(elementwise.mul),
+    "__truediv__": elementwise.div, "__rtruediv__": _rev(elementwise.div),
+    "__pow__": elementwise.pow, "__rpow__": _rev(elementwise.pow),
+    "__matmul__": linalg.matmul, "__rmatmul__": _rev(linalg.matmul),
+    "__neg__": elementwise.neg,
+    "__getitem__": shape.getitem,
+    "__lt__": _compare("less"), "__le__": _compare("less_equal"),
+    "__gt__": _compare("greater"), "__ge__": _compare("greater_equal"),
+    "__eq__": _compare("equal"), "__ne__": _compare("not_equal"),
+    "add": elementwise.add, "sub": elementwise.sub, "mul": elementwise.mul, "div": elementwise.div,
+    "neg": elementwise.neg, "pow": elementwise.pow, "matmul": linalg.matmul,
+    "exp": elementwise.exp, "log": elementwise.log, "tanh": elementwise.tanh, "relu": elementwise.relu,
+    "sum": reduce.sum, "mean": reduce.mean,
+    "reshape": lambda self, *s: shape.reshape(self, _shape_args(s)),
+    "view": lambda self, *s: shape.reshape(self, _shape_args(s)),
+    "expand": lambda self, *s: shape.expand(self, _shape_args(s)),
+    "permute": lambda self, *d: shape.permute(self, _shape_args(d)),
+    "transpose": shape.transpose,
+    "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
+    "to": lambda self, device=None, dtype=None: device_to(self, device, dtype),
+    "clone": device.clone,
+}
+
+
+def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
+    """``t.to(device)``, ``t.to(dtype)`` or ``t.to(device, dtype)``."""
+    import numpy
+
+    if dtype is None and device_or_dtype is not None and not isinstance(device_or_dtype, str) and not hasattr(device_or_dtype, "xp"):
+        try:
+            return device.to(t, None, numpy.dtype(device_or_dtype))
+        except TypeError:
+            pass
+    return device.to(t, device_or_dtype, dtype)
+
+
+def install(methods: dict[str, Any]) -> None:
+    """Bind ``methods`` onto Tensor (op modules added later extend the table this way)."""
+    for name, fn in methods.items():
+        setattr(Tensor, name, fn)
+
+
+install(_METHODS)
+Tensor.T = property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))  # type: ignore[attr-defined]

@@ -1,0 +1,76 @@
+"""Matrix products. See Note [Op definitions] in _core.py."""
+from __future__ import annotations
+
+from typing import Any
+
+from engine.tensor import Tensor, _wrap
+
+from ._core import Node, binary_operands, fit, record, register, tls
+
+
+def _mT(t: Tensor) -> Tensor:
+    from .shape import transpose
+
+    return transpose(t, -1, -2)
+
+
+class MmBackward0(Node):
+    """matmul of two tensors with at least 2 dims each (batch dims broadcast)."""
+
+    __slots__ = ("a_shape", "a_dtype", "b_shape", "b_dtype")
+
+    def backward(self, g: Tensor) -> tuple:
+        a, b = self.saved_tensors()
+        ea, eb = self.next_edges
+        return (fit(matmul(g, _mT(b)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(matmul(_mT(a), g), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+
+
+class MatmulBackward0(MmBackward0):
+    """matmul where an operand is 1-D: lifted to 2-D, then as MmBackward0."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        from .shape import reshape, unsqueeze
+
+        a, b = self.saved_tensors()
+        a2 = unsqueeze(a, 0) if a.ndim == 1 else a
+        b2 = unsqueeze(b, -1) if b.ndim == 1 else b
+        g2 = g
+        if a.ndim == 1:
+            g2 = unsqueeze(g2, -2)
+        if b.ndim == 1:
+            g2 = unsqueeze(g2, -1)
+        ea, eb = self.next_edges
+        ga = gb = None
+        if ea[0] is not None:
+            ga = fit(matmul(g2, _mT(b2)), a2.shape, self.a_dtype)  # batch dims summed away
+            if a.ndim == 1:
+                ga = reshape(ga, a.shape)
+        if eb[0] is not None:
+            gb = fit(matmul(_mT(a2), g2), b2.shape, self.b_dtype)
+            if b.ndim == 1:
+                gb = reshape(gb, b.shape)
+        return (ga, gb)
+
+
+@register
+def matmul(a: Any, b: Any) -> Tensor:
+    """Matrix product with numpy's ``@`` rules (1-D operands, broadcast batch dims)."""
+    a, b = binary_operands(a, b, "matmul")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {list(a.shape)} and {list(b.shape)}")
+    try:
+        data = a.data @ b.data
+    except ValueError:
+        raise RuntimeError(
+            f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
+            f"(inner dims {a.shape[-1]} and {b.shape[-2] if b.ndim > 1 else b.shape[0]} differ)"
+        ) from None
+    out = _wrap(a.device.xp.asarray(data), a.device)
+    if tls.grad_enabled and (a._rg or b._rg):
+        node = MmBackward0() if a.ndim >= 2 and b.ndim >= 2 else MatmulBackward0()
+        node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = a.shape, a.dtype, b.shape, b.dtype
+        record(node, (a, b), out, (a if b._rg else None, b if a._rg else None))
+    return out
