@@ -250,8 +250,8 @@ class Engine:
     """
 
     def __init__(self) -> None:
-        # Each level of inline reentrance costs ~10 Python frames; 40 levels stay well inside
-        # the interpreter's default recursion limit of 1000 even with user code on top.
+        # Each level of inline reentrance costs 9 Python frames (measured); 40 levels use ~370,
+        # leaving most of the default recursion limit (1000) to user code inside the nodes.
         self.max_recursion_depth = 40
         self._lock = threading.Lock()
         self._workers: dict[devices.Device, tuple[ReadyQueue, threading.Thread]] = {}

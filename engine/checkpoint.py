@@ -1,0 +1,181 @@
+"""Activation checkpointing: ``checkpoint`` and ``checkpoint_sequential``.
+
+Forward runs ``fn`` without keeping its intermediate activations; backward runs ``fn``
+again to rebuild them. Two variants, as in PyTorch:
+
+* ``use_reentrant=True``: a custom Function whose backward re-runs ``fn`` under grad mode
+  and calls ``engine.backward`` on the result, *inside* the running backward (a reentrant
+  backward; see Note [Reentrant backward] in executor.py). It cannot serve ``engine.grad()``
+  or ``backward(inputs=...)``.
+* ``use_reentrant=False``: ``fn`` runs under saved-tensor hooks that keep only a slot
+  number per saved tensor; the first unpack in backward re-runs ``fn`` and fills the slots.
+  It supports ``engine.grad``, ``inputs=`` and keyword arguments.
+
+With ``preserve_rng_state`` the generator state of the forward is restored for the
+re-run, so dropout draws the same mask.
+
+>>> import engine, ops
+>>> x = engine.randn(4, 8, requires_grad=True)
+>>> w = engine.randn(8, 8, requires_grad=True)
+>>> y = engine.checkpoint(lambda a: ops.tanh(a @ w), x, use_reentrant=False)
+>>> y.sum().backward(); x.grad.shape, w.grad.shape
+((4, 8), (8, 8))
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+from ._state import tls
+from .creation import get_rng_state, set_rng_state
+from .function import Function
+from .grad_mode import enable_grad, no_grad
+from .saved_hooks import saved_tensors_hooks
+from .tensor import Tensor
+
+_REENTRANT_GRAD_MESSAGE = (
+    "Checkpointing is not compatible with .grad() or when an `inputs` parameter is passed to .backward(). "
+    "Please use .backward() and do not pass its `inputs` argument, or use checkpoint(..., use_reentrant=False)."
+)
+
+
+def _detach_like(args: Sequence[Any]) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a.detach()
+            d._rg = a._rg
+            out.append(d)
+        else:
+            out.append(a)
+    return out
+
+
+class _CheckpointFunction(Function):
+    """The reentrant variant: see the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, run_function: Callable, preserve_rng_state: bool, *args: Any) -> Any:
+        ctx.run_function = run_function
+        ctx.rng_state = get_rng_state() if preserve_rng_state else None
+        ctx.tensor_idx = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        ctx.others = [None if isinstance(a, Tensor) else a for a in args]
+        ctx.save_for_backward(*[a for a in args if isinstance(a, Tensor)])
+        return run_function(*args)  # grad mode is off inside forward: nothing is kept
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        gt = tls.current_task
+        if gt is not None and gt.exec_info is not None:
+            raise RuntimeError(_REENTRANT_GRAD_MESSAGE)
+        args = list(ctx.others)
+        for i, t in zip(ctx.tensor_idx, _detach_like(ctx.saved_tensors)):
+            args[i] = t
+        outputs = _rerun(ctx.run_function, args, {}, ctx.rng_state)
+        if isinstance(outputs, Tensor):
+            outputs = (outputs,)
+        pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(o, Tensor) and o._rg and g is not None]
+        if not pairs:
+            raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
+        from .autograd import backward
+
+        backward([o for o, _ in pairs], [g for _, g in pairs])
+        return (None, None) + tuple(args[i].grad if isinstance(args[i], Tensor) else None for i in range(len(args)))
+
+
+def _rerun(fn: Callable, args: list, kwargs: dict, rng_state: Any) -> Any:
+    """Run ``fn`` again under grad mode, with the forward's generator state if given."""
+    if rng_state is None:
+        with enable_grad():
+            return fn(*args, **kwargs)
+    with _rng_fork_lock:
+        current = get_rng_state()
+        set_rng_state(rng_state)
+        try:
+            with enable_grad():
+                return fn(*args, **kwargs)
+        finally:
+            set_rng_state(current)
+
+
+# Forking the generator (save, set, run, restore) must not interleave between threads.
+_rng_fork_lock = threading.RLock()
+
+
+class _Recompute:
+    """State of one non-reentrant checkpoint: the re-run fills ``storage`` slot by slot."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict, rng_state: Any) -> None:
+        self.fn, self.args, self.kwargs, self.rng_state = fn, args, kwargs, rng_state
+        self.storage: dict[int, Tensor] | None = None
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def pack(self, t: Tensor) -> int:
+        idx = self.count
+        self.count += 1
+        return idx
+
+    def unpack(self, idx: int) -> Tensor:
+        with self.lock:
+            if self.storage is None:
+                self._recompute()
+            return self.storage[idx]  # type: ignore[index]
+
+    def _recompute(self) -> None:
+        storage: dict[int, Tensor] = {}
+        counter = iter(range(1 << 62))
+
+        def pack(t: Tensor) -> None:
+            storage[next(counter)] = t
+
+        args = _detach_like(self.args)
+        # The re-run's own saves are captured (not hooked by outer hooks) into storage.
+        prev = tls.saved_hooks
+        tls.saved_hooks = ()
+        try:
+            with saved_tensors_hooks(pack, lambda _: None):
+                _rerun(self.fn, args, self.kwargs, self.rng_state)
+        finally:
+            tls.saved_hooks = prev
+        self.storage = storage
+
+
+def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, preserve_rng_state: bool = True,
+               **kwargs: Any) -> Any:
+    """Run ``function(*args, **kwargs)`` without storing its activations; recompute them in backward.
+
+    Gradients equal those of running ``function`` directly, including through dropout
+    (``preserve_rng_state``). See the module docstring for the two variants.
+    """
+    if use_reentrant:
+        if kwargs:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        return _CheckpointFunction.apply(function, preserve_rng_state, *args)
+    state = _Recompute(function, args, kwargs, get_rng_state() if preserve_rng_state else None)
+    with saved_tensors_hooks(state.pack, state.unpack):
+        return function(*args, **kwargs)
+
+
+def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool = True, **kwargs: Any) -> Any:
+    """Run a sequence of functions (or a list of modules) in ``segments`` checkpointed chunks;
+    the last chunk runs normally, as in PyTorch."""
+    functions = list(functions)
+    if segments < 1:
+        raise ValueError(f"checkpoint_sequential: segments must be >= 1, got {segments}")
+    n = len(functions)
+    size = max(n // segments, 1)
+
+    def run(start: int, end: int) -> Callable:
+        def forward(x: Any) -> Any:
+            for f in functions[start:end]:
+                x = f(x)
+            return x
+
+        return forward
+
+    end = -1
+    for start in range(0, size * (segments - 1), size):
+        end = start + size - 1
+        input = checkpoint(run(start, end + 1), input, use_reentrant=use_reentrant, **kwargs)
+    return run(end + 1, n)(input)

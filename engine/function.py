@@ -1,0 +1,239 @@
+"""Custom differentiable functions: ``engine.Function`` and ``once_differentiable``.
+
+The ``ctx`` that forward and backward receive *is* the backward node (as in PyTorch), so
+what forward stores on it lives exactly as long as the graph. Tensors go through
+``ctx.save_for_backward`` (the save choke point: version checks, saved-tensor hooks);
+other values may be set as plain attributes.
+
+>>> import engine
+>>> class Cube(engine.Function):
+...     @staticmethod
+...     def forward(ctx, x):
+...         ctx.save_for_backward(x)
+...         return x * x * x
+...     @staticmethod
+...     def backward(ctx, g):
+...         (x,) = ctx.saved_tensors
+...         return g * 3 * x * x
+>>> x = engine.tensor([2.0], requires_grad=True)
+>>> y = Cube.apply(x)
+>>> y.grad_fn.name()
+'CubeBackward'
+>>> y.backward(engine.ones(1)); x.grad.tolist()
+[12.0]
+"""
+from __future__ import annotations
+
+import functools
+import traceback
+from typing import Any, Callable
+
+from ._state import tls
+from .graph import NO_EDGE, Node, _next_seq, pack_saved
+from .tensor import Tensor, _wrap, gradient_edge
+
+
+class FunctionCtx(Node):
+    """The node (and ``ctx``) of one custom Function call."""
+
+    __slots__ = ("_fn_cls", "_to_save", "_non_diff", "_dirty", "_materialize", "needs_input_grad",
+                 "_in_meta", "_out_meta")
+
+    def name(self) -> str:
+        return f"{self._fn_cls.__name__}Backward"
+
+    # -- the ctx API --------------------------------------------------------------------
+    def save_for_backward(self, *tensors: "Tensor | None") -> None:
+        """Save tensors (inputs, outputs or None) for backward; read them via ``saved_tensors``."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save Tensors or None, but argument {i} is {type(t).__name__}")
+        self._to_save = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:  # type: ignore[override]
+        """What forward saved, unpacked (raises if the graph was freed or a tensor modified)."""
+        return Node.saved_tensors(self)
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        """These outputs get no gradient (their grad in backward is zeros or None)."""
+        self._non_diff = {id(t) for t in tensors}
+
+    def mark_dirty(self, *tensors: Tensor) -> None:
+        """These inputs were modified in place by forward and are returned as outputs."""
+        self._dirty = {id(t) for t in tensors}
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """When True (default), undefined output gradients reach backward as zeros, not None."""
+        self._materialize = bool(value)
+
+    # -- running backward ---------------------------------------------------------------
+    def apply(self, grads: list) -> tuple:
+        if self._materialize:
+            grads = [_zeros(meta) if g is None and meta is not None else g for g, meta in zip(grads, self._out_meta)]
+        result = self._fn_cls.backward(self, *grads)
+        return self._check_grads(result)
+
+    def _check_grads(self, result: Any) -> tuple:
+        if not isinstance(result, tuple):
+            result = (result,)
+        n = len(self._in_meta)
+        if len(result) > n and all(r is None for r in result[n:]):
+            result = result[:n]
+        if len(result) != n:
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, got {len(result)})")
+        out = []
+        for i, (g, meta) in enumerate(zip(result, self._in_meta)):
+            if g is None:
+                out.append(None)
+                continue
+            if meta is None:
+                raise RuntimeError(
+                    f"function {self.name()} returned a gradient different than None at position {i}, "
+                    "but the corresponding forward input was not a Tensor"
+                )
+            if not isinstance(g, Tensor):
+                raise TypeError(f"function {self.name()} returned a {type(g).__name__} as gradient {i}; expected a Tensor or None")
+            shape, dtype, device = meta
+            if g.shape != shape:
+                raise RuntimeError(
+                    f"Function {self.name()} returned an invalid gradient at index {i} - got {list(g.shape)} "
+                    f"but expected shape compatible with {list(shape)}"
+                )
+            if g.device is not device:
+                raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - expected device {device} but got {g.device}")
+            if g.dtype != dtype:
+                g = g.to(dtype)
+            out.append(g if self.next_edges[i][0] is not None else None)
+        return tuple(out)
+
+
+def _zeros(meta: tuple) -> Tensor:
+    shape, dtype, device = meta
+    return _wrap(device.xp.zeros(shape, dtype=dtype), device)
+
+
+class Function:
+    """Base class for custom differentiable operations (``torch.autograd.Function``).
+
+    Subclass with ``@staticmethod forward(ctx, *args, **kwargs)`` and
+    ``@staticmethod backward(ctx, *grad_outputs)`` (one gradient per forward argument,
+    None for arguments that are not tensors or need none); call ``F.apply(*args)``.
+    A backward may itself call ``engine.backward`` / ``engine.grad`` (reentrant backward).
+    """
+
+    _node_cls: type
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._node_cls = type(f"{cls.__name__}Backward", (FunctionCtx,), {"__slots__": ()})
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a Function subclass must implement forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
+        raise NotImplementedError("a Function subclass must implement backward(ctx, *grad_outputs)")
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        ctx = cls._node_cls()
+        ctx._fn_cls = cls
+        ctx._to_save = ()
+        ctx._non_diff = ctx._dirty = frozenset()
+        ctx._materialize = True
+        recording = tls.grad_enabled and any(isinstance(a, Tensor) and a._rg for a in args)
+        ctx.needs_input_grad = tuple(recording and isinstance(a, Tensor) and a._rg for a in args)
+        prev = tls.grad_enabled
+        tls.grad_enabled = False
+        try:
+            outputs = cls.forward(ctx, *args, **kwargs)
+        finally:
+            tls.grad_enabled = prev
+        is_tuple = isinstance(outputs, tuple)
+        outs = list(outputs) if is_tuple else [outputs]
+        if recording:
+            _link(ctx, args, outs)
+        else:
+            # Not recording: returned inputs still come back as new tensor objects (like torch).
+            ids = {id(a) for a in args if isinstance(a, Tensor)}
+            outs = [_alias(o) if isinstance(o, Tensor) and id(o) in ids and id(o) not in ctx._dirty else o for o in outs]
+        return tuple(outs) if is_tuple else outs[0]
+
+
+def _alias(t: Tensor) -> Tensor:
+    out = _wrap(t.data, t.device)
+    out._vc = t._vc
+    return out
+
+
+def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
+    """Record ``ctx`` as the grad_fn of the differentiable outputs (PyTorch's _wrap_outputs)."""
+    ctx.sequence_nr = _next_seq()
+    ctx.next_edges = tuple(gradient_edge(a) if isinstance(a, Tensor) else NO_EDGE for a in args)
+    ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
+    input_ids = {id(a) for a in args if isinstance(a, Tensor)}
+    out_meta = []
+    for i, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            out_meta.append(None)
+            continue
+        if id(o) in ctx._dirty:
+            if o.grad_fn is None and o._rg:
+                raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+        elif id(o) in input_ids:
+            o = outs[i] = _alias(o)  # an input returned as-is becomes a new tensor with this grad_fn
+        if id(o) in ctx._non_diff or o.dtype.kind not in "fc":
+            out_meta.append((o.shape, o.dtype, o.device))
+            continue
+        o.grad_fn = ctx
+        o._rg = True
+        o._output_nr = i
+        out_meta.append((o.shape, o.dtype, o.device))
+    ctx._out_meta = tuple(out_meta)
+    ctx.num_inputs = len(outs)
+    pack_saved(ctx, ctx._to_save)
+    ctx._to_save = ()
+    if tls.anomaly:
+        ctx.metadata["traceback_"] = traceback.format_stack()[:-2]
+
+
+class _DelayedError(Node):
+    """Stands in for the backward of a once_differentiable backward: differentiating it raises."""
+
+    __slots__ = ("msg",)
+
+    def backward(self, *grads: Any) -> tuple:
+        raise RuntimeError(self.msg)
+
+
+def once_differentiable(backward: Callable) -> Callable:
+    """Decorate a Function's backward that is not itself differentiable: it runs without
+    recording, and trying to differentiate its result (double backward) raises."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx: FunctionCtx, *grads: Any) -> Any:
+        prev = tls.grad_enabled
+        tls.grad_enabled = False
+        try:
+            result = backward(ctx, *grads)
+        finally:
+            tls.grad_enabled = prev
+        if not (prev and any(isinstance(g, Tensor) and g._rg for g in grads)):
+            return result
+        from ._record import record
+
+        single = not isinstance(result, tuple)
+        results = (result,) if single else result
+        wrapped = []
+        for r in results:
+            if isinstance(r, Tensor) and r.dtype.kind in "fc":
+                r = _alias(r)
+                node = _DelayedError()
+                node.msg = f"trying to differentiate twice a function that was marked with @once_differentiable ({ctx.name()})"
+                record(node, [g for g in grads if isinstance(g, Tensor)], r)
+            wrapped.append(r)
+        return wrapped[0] if single else tuple(wrapped)
+
+    return wrapper
