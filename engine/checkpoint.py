@@ -79,7 +79,7 @@ class _CheckpointFunction(Function):
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
         from .autograd import backward
 
-        backward([o for o, _ in pairs], [g for _, g in pairs])
+        backward([o for o, _ in pairs], [g for _, g in pairs])  # See Note [Reentrant backward]
         return (None, None) + tuple(args[i].grad if isinstance(args[i], Tensor) else None for i in range(len(args)))
 
 

@@ -156,7 +156,7 @@ _SHUTDOWN = object()  # the node slot of a shutdown task
 
 
 def _install(gt: GraphTask) -> None:
-    """Make this thread behave as the backward caller did. See Note [Thread-local state]."""
+    """Make this thread behave as the backward caller did. See Note [Thread-local state] (_state.py)."""
     tls.grad_enabled = gt.create_graph
     tls.anomaly = gt.anomaly
     tls.anomaly_check_nan = gt.check_nan
@@ -281,7 +281,8 @@ class Engine:
         self._thread_main(None)
 
     def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list) -> None:
-        """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock)."""
+        """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock).
+        See Note [Threads and queues] and Note [Completion]."""
         gt.outstanding += 1
         prio = -(gt.prio_base | node.sequence_nr)
         if not device.needs_worker:
@@ -412,7 +413,7 @@ class Engine:
             except BaseException as e:  # noqa: BLE001 - see Note [Errors]
                 self._fail(gt, e, fn)
         err = None
-        with gt.lock:
+        with gt.lock:  # See Note [Completion]
             if outputs and gt.error is None:
                 try:
                     self._route(gt, fn, outputs)
