@@ -126,15 +126,16 @@ class _Recompute:
         storage: dict[int, Tensor] = {}
         counter = iter(range(1 << 62))
 
-        def pack(t: Tensor) -> None:
+        def pack(t: Tensor) -> Tensor:
             storage[next(counter)] = t
+            return t  # the re-run's own nodes keep their saves (needed for double backward)
 
         args = _detach_like(self.args)
         # The re-run's own saves are captured (not hooked by outer hooks) into storage.
         prev = tls.saved_hooks
         tls.saved_hooks = ()
         try:
-            with saved_tensors_hooks(pack, lambda _: None):
+            with saved_tensors_hooks(pack, lambda t: t):
                 _rerun(self.fn, args, self.kwargs, self.rng_state)
         finally:
             tls.saved_hooks = prev
