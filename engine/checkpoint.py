@@ -24,6 +24,7 @@ re-run, so dropout draws the same mask.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 from ._state import tls
@@ -117,10 +118,15 @@ class _Recompute:
         return idx
 
     def unpack(self, idx: int) -> Tensor:
+        # Each recomputed tensor is handed out once and dropped, so a segment's activations
+        # die as its backward consumes them. A second unpack (retain_graph) recomputes again.
         with self.lock:
-            if self.storage is None:
+            if self.storage is None or idx not in self.storage:
                 self._recompute()
-            return self.storage[idx]  # type: ignore[index]
+            t = self.storage.pop(idx)  # type: ignore[union-attr]
+            if not self.storage:
+                self.storage = None
+            return t
 
     def _recompute(self) -> None:
         storage: dict[int, Tensor] = {}
@@ -128,7 +134,10 @@ class _Recompute:
 
         def pack(t: Tensor) -> Tensor:
             storage[next(counter)] = t
-            return t  # the re-run's own nodes keep their saves (needed for double backward)
+            return t
+
+        # The re-run's own nodes save normally (needed for double backward); see pack_saved.
+        pack.identity_pack = True  # type: ignore[attr-defined]
 
         args = _detach_like(self.args)
         # The re-run's own saves are captured (not hooked by outer hooks) into storage.
@@ -152,6 +161,8 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, prese
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        if tls.grad_enabled and not any(isinstance(a, Tensor) and a._rg for a in args):
+            warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", stacklevel=2)
         return _CheckpointFunction.apply(function, preserve_rng_state, *args)
     state = _Recompute(function, args, kwargs, get_rng_state() if preserve_rng_state else None)
     with saved_tensors_hooks(state.pack, state.unpack):

@@ -206,15 +206,19 @@ def pack_saved(node: "Node", tensors: Iterable["Tensor | None"]) -> None:
         if t is None:
             saved.append(None)
             versions.append(None)
-        elif hooks:
+        elif hooks and not getattr(hooks[-1][0], "identity_pack", False):
             pack, unpack = hooks[-1]
             saved.append(SavedHooked(pack(t), unpack))
             versions.append(None)
-        elif t.grad_fn is node:
-            saved.append(SavedOutput(t))
-            versions.append(t._vc[0])
         else:
-            saved.append(t)
+            if hooks:
+                # An observer that keeps the tensor as it is (checkpoint's re-run): saving
+                # normally keeps the cycle-free SavedOutput path for a node's own output.
+                hooks[-1][0](t)
+            if t.grad_fn is node:
+                saved.append(SavedOutput(t))
+            else:
+                saved.append(t)
             versions.append(t._vc[0])
     node._saved = tuple(saved)
     node._saved_ver = tuple(versions)
