@@ -1,0 +1,135 @@
+"""Helpers shared by the benchmark scripts: timing, graph counting, Markdown output.
+
+Not part of the installed package; the scripts put the repository root on ``sys.path``
+so they run from a checkout without ``pip install -e .``.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(ROOT, "benchmarks", "results")
+
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def try_import_torch() -> Any:
+    """``torch`` when it is importable, else None (torch is optional for every benchmark)."""
+    try:
+        import torch  # noqa: PLC0415
+    except Exception:  # ImportError, or a broken install: just omit the torch column
+        return None
+    return torch
+
+
+class gc_paused:
+    """Context manager: collect once, then keep the cyclic GC off while timing."""
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
+        gc.collect()
+        gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._was:
+            gc.enable()
+
+
+def median(xs: Iterable[float]) -> float:
+    return statistics.median(list(xs))
+
+
+def _calibrate(fn: Callable[[], Any], target_s: float) -> int:
+    """How many calls of ``fn`` take about ``target_s``."""
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= target_s / 4 or n >= 1 << 24:
+            break
+        n *= 4
+    return max(1, int(n * target_s / max(dt, 1e-9)))
+
+
+def per_call_us(fns: dict[str, Callable[[], Any]], repeats: int, target_s: float = 0.03) -> dict[str, float]:
+    """Median per-call time (µs) of each function over ``repeats`` samples of ~target_s each.
+
+    The functions are interleaved within each repeat, so a burst of machine noise hits all
+    of them alike instead of skewing one.
+    """
+    counts = {k: _calibrate(fn, target_s) for k, fn in fns.items()}
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    with gc_paused():
+        for _ in range(repeats):
+            for k, fn in fns.items():
+                n = counts[k]
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                samples[k].append((time.perf_counter() - t0) / n * 1e6)
+    return {k: median(v) for k, v in samples.items()}
+
+
+def count_nodes(root: Any) -> int:
+    """Nodes reachable from ``root`` through ``next_functions`` (root included).
+
+    Works for threadgrad's Node and torch's autograd nodes alike, so both sides of a
+    comparison count the same things (op nodes, the final sum, AccumulateGrad).
+    """
+    seen = {root}
+    stack = [root]
+    while stack:
+        fn = stack.pop()
+        for nxt, _ in fn.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return len(seen)
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "–"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
+def machine_summary() -> str:
+    import numpy
+
+    parts = [
+        f"Python {platform.python_version()}",
+        f"numpy {numpy.__version__}",
+        f"{platform.machine()}, {os.cpu_count()} logical CPUs",
+    ]
+    return ", ".join(parts)
+
+
+def write_result(name: str, text: str) -> str:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
