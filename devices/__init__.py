@@ -28,13 +28,14 @@ class Device:
     whose backward nodes run on a dedicated engine worker thread (all but cpu).
     """
 
-    __slots__ = ("type", "index", "xp", "needs_worker", "_str", "__weakref__")
+    __slots__ = ("type", "index", "xp", "needs_worker", "has_streams", "_str", "__weakref__")
 
     def __init__(self, type: str, index: int | None, xp: Any) -> None:
         self.type = type
         self.index = index
         self.xp = xp
         self.needs_worker = type != "cpu"
+        self.has_streams = False  # True for devices with streams and events (cuda)
         self._str = type if index is None else f"{type}:{index}"
 
     def synchronize(self) -> None:
@@ -70,6 +71,10 @@ class Device:
 
 
 DeviceSpec = Union[Device, str]
+
+# True once any device with streams exists in this process; the executor reads it once per
+# backward call, so graphs without such devices never pay for stream bookkeeping.
+streams_in_use = False
 
 # The registry is process-global but append-only and guarded by a lock: devices are
 # interned once and never change afterwards, so readers need no lock.
@@ -122,8 +127,27 @@ def get(spec: DeviceSpec) -> Device:
 
                 dev = _cuda.make_device(index)
             _registry[name] = dev
+            if dev.has_streams:
+                global streams_in_use
+                streams_in_use = True
         _registry[spec] = dev
     return dev
+
+
+def register(name: str, device: Device) -> Device:
+    """Install ``device`` under ``name`` (used by tests to plug in a stand-in cuda device)."""
+    global streams_in_use
+    with _registry_lock:
+        _registry[name] = device
+        if device.has_streams:
+            streams_in_use = True
+    return device
+
+
+def unregister(name: str) -> None:
+    """Remove a device installed with :func:`register`."""
+    with _registry_lock:
+        _registry.pop(name, None)
 
 
 def cuda_available() -> bool:

@@ -2,10 +2,18 @@
 
 Without cupy, or with cupy but no GPU, :func:`make_device` raises RuntimeError saying which
 is missing; :func:`device_count` returns 0.
+
+Streams. The engine needs five things from a device with streams (Note [Streams] in
+engine/executor.py): the thread's current stream, a way to make a stream current for a
+block, recording an event on a stream, making a stream wait for an event, and waiting for
+the whole device. :class:`CudaDevice` implements them on top of a ``cuda_api`` object with
+the shape of ``cupy.cuda`` (``get_current_stream``, ``Stream``, ``Event``, ``Device``). The
+test suite passes a small numpy-backed stand-in with the same shape, so the ordering logic
+runs in CI on machines without GPUs.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ContextManager
 
 import numpy
 
@@ -39,20 +47,45 @@ def device_count() -> int:
 
 
 class CudaDevice(Device):
-    """A GPU. Arrays are cupy arrays; ``synchronize`` waits for the GPU."""
+    """A GPU: arrays of ``xp`` (cupy), streams and events of ``cuda_api`` (cupy.cuda)."""
 
-    __slots__ = ()
+    __slots__ = ("cuda_api",)
 
-    def synchronize(self) -> None:
-        with self.xp.cuda.Device(self.index):
-            self.xp.cuda.Device(self.index).synchronize()
+    def __init__(self, index: int, xp: Any, cuda_api: Any) -> None:
+        super().__init__("cuda", index, xp)
+        self.cuda_api = cuda_api
+        self.has_streams = True
 
+    # -- arrays -------------------------------------------------------------------------
     def asarray(self, data: Any, dtype: Any = None) -> Any:
-        with self.xp.cuda.Device(self.index):
+        with self.cuda_api.Device(self.index):
             return self.xp.asarray(data, dtype=dtype)
 
     def to_host(self, array: Any) -> numpy.ndarray:
-        return self.xp.asnumpy(array)
+        get = getattr(array, "get", None)
+        return get() if get is not None else numpy.asarray(array)
+
+    def synchronize(self) -> None:
+        self.cuda_api.Device(self.index).synchronize()
+
+    def activate(self) -> None:
+        """Make this GPU current on the calling thread (device workers call it once)."""
+        self.cuda_api.Device(self.index).use()
+
+    # -- streams ------------------------------------------------------------------------
+    def current_stream(self) -> Any:
+        with self.cuda_api.Device(self.index):
+            return self.cuda_api.get_current_stream()
+
+    def stream_context(self, stream: Any) -> ContextManager:
+        """``with device.stream_context(s):`` makes ``s`` current on this thread for the block."""
+        return stream  # cupy streams are context managers setting the thread's current stream
+
+    def record_event(self, stream: Any) -> Any:
+        return stream.record()
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        stream.wait_event(event)
 
 
 def make_device(index: int | None) -> Device:
@@ -68,4 +101,4 @@ def make_device(index: int | None) -> Device:
     index = index or 0
     if index >= n:
         raise RuntimeError(f"device 'cuda:{index}' does not exist: cupy sees {n} GPU(s)")
-    return CudaDevice("cuda", index, cp)
+    return CudaDevice(index, cp, cp.cuda)

@@ -50,12 +50,16 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
     if type(outputs) is Tensor:
         outputs.grad_fn = node
         outputs._rg = True
+        dev = outputs.device
     else:
+        dev = outputs[0].device
         for i, out in enumerate(outputs):
             out.grad_fn = node
             out._rg = True
             out._output_nr = i
         node.num_inputs = len(outputs)
+    if dev.has_streams:
+        node.stream = (dev, dev.current_stream())  # See Note [Streams] in executor.py
     if saved:
         pack_saved(node, saved)
     else:

@@ -193,6 +193,10 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         out_meta.append((o.shape, o.dtype, o.device))
     ctx._out_meta = tuple(out_meta)
     ctx.num_inputs = len(outs)
+    for o in outs:
+        if isinstance(o, Tensor) and o.device.has_streams:
+            ctx.stream = (o.device, o.device.current_stream())  # See Note [Streams] in executor.py
+            break
     pack_saved(ctx, ctx._to_save)
     ctx._to_save = ()
     if tls.anomaly:

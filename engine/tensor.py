@@ -308,6 +308,8 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
             acc = ref() if ref is not None else None
             if acc is None:
                 acc = AccumulateGrad(t)
+                if t.device.has_streams:
+                    acc.stream = (t.device, t.device.current_stream())  # See Note [Streams]
                 t._acc = weakref.ref(acc)
     return acc
 
@@ -358,3 +360,35 @@ def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
     else:
         old.device.xp.add(old.data, g.data, out=old.data)
         old._vc[0] += 1
+
+
+def add_into_owned(buf: list, i: int, g: Tensor) -> bool:
+    """``buf[i] += g`` in place when nothing else can see ``buf[i]``; False if it must not.
+
+    Safe only when no graph is being recorded (grad mode off), ``buf[i]`` is a plain
+    gradient whose array it owns, and neither the Tensor object nor its array is
+    referenced anywhere but this buffer (reference counts, measured below). Saves an
+    allocation per extra gradient meeting in a buffer (0.75 -> 0.24 us on small arrays).
+    """
+    old = buf[i]
+    d = old.data
+    if (old._rg or tls.grad_enabled or d.base is not None or d.shape != g.data.shape or d.dtype != g.data.dtype
+            or _getrefcount(old) > _BUF_REFS or _array_refs(old) > _OWNED_REFS):
+        return False
+    old.device.xp.add(d, g.data, out=d)
+    return True
+
+
+def _buf_refs(buf: list, i: int) -> int:
+    old = buf[i]
+    d = old.data  # noqa: F841 - mirrors add_into_owned's locals exactly
+    return _getrefcount(old)
+
+
+# References to a Tensor held only by one buffer slot, as counted inside add_into_owned.
+_BUF_REFS = _buf_refs([_wrap(numpy.empty(1), _cpu)], 0)
+
+from . import graph as _graph  # noqa: E402
+
+_graph._wrap = _wrap
+_graph.accumulate_into = accumulate_into
