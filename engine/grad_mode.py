@@ -12,6 +12,7 @@ False
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, TypeVar
 
 from ._state import tls
@@ -25,9 +26,15 @@ def is_grad_enabled() -> bool:
 
 
 class _GradModeContext:
-    """Base of the grad-mode context managers; also usable as a decorator."""
+    """Base of the grad-mode context managers; also usable as a decorator (with or without
+    parentheses), on plain and on generator functions."""
 
     _mode: bool
+
+    def __new__(cls, orig_func: Any = None) -> Any:
+        if orig_func is None or not callable(orig_func) or cls is set_grad_enabled:
+            return super().__new__(cls)
+        return cls()(orig_func)  # bare decorator: @engine.no_grad
 
     def __enter__(self) -> None:
         self._prev = tls.grad_enabled
@@ -38,6 +45,8 @@ class _GradModeContext:
 
     def __call__(self, fn: F) -> F:
         mode = self._mode
+        if inspect.isgeneratorfunction(fn):
+            return _wrap_generator(fn, mode)  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -49,6 +58,39 @@ class _GradModeContext:
                 tls.grad_enabled = prev
 
         return wrapper  # type: ignore[return-value]
+
+
+def _wrap_generator(fn: Callable, mode: bool) -> Callable:
+    """The mode holds each time the generator's body runs, and is restored between steps."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = fn(*args, **kwargs)
+
+        def step(method: Callable, *arg: Any) -> Any:
+            prev = tls.grad_enabled
+            tls.grad_enabled = mode
+            try:
+                return method(*arg)
+            finally:
+                tls.grad_enabled = prev
+
+        try:
+            response = step(gen.send, None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    step(gen.close)
+                    raise
+                except BaseException as e:  # noqa: BLE001 - forwarded into the generator
+                    response = step(gen.throw, e)
+                else:
+                    response = step(gen.send, request)
+        except StopIteration as stop:
+            return stop.value
+
+    return wrapper
 
 
 class no_grad(_GradModeContext):
@@ -77,6 +119,10 @@ class set_grad_enabled(_GradModeContext):
         self._prev = tls.grad_enabled
         self._mode = bool(mode)
         tls.grad_enabled = self._mode
+
+    def __call__(self, fn: F) -> F:
+        tls.grad_enabled = self._prev  # as a decorator, the mode applies only inside fn
+        return super().__call__(fn)
 
     def __enter__(self) -> None:  # the switch already happened in __init__
         pass
