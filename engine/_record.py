@@ -46,7 +46,7 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
             edges.append((grad_accumulator(t), 0))
         else:
             edges.append(NO_EDGE)
-    node.next_edges = tuple(edges)
+    node.next_edges = (*edges,)
     if type(outputs) is Tensor:
         outputs.grad_fn = node
         outputs._rg = True
