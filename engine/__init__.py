@@ -18,6 +18,7 @@ from .creation import (arange, empty, full, manual_seed, ones, ones_like, rand, 
 from .checkpoint import checkpoint, checkpoint_sequential
 from .executor import Engine, get_engine
 from .function import Function, FunctionCtx, once_differentiable
+from .gradcheck import gradcheck, gradgradcheck
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node, RemovableHandle
 from .saved_hooks import save_on_cpu, saved_tensors_hooks
@@ -36,6 +37,7 @@ __all__ = [
     "rand", "randn", "arange", "manual_seed",
     "backward", "grad", "backward_async", "grad_async", "queue_callback",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "gradcheck", "gradgradcheck",
     "Function", "FunctionCtx", "once_differentiable", "checkpoint", "checkpoint_sequential",
     "saved_tensors_hooks", "save_on_cpu", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
     "float16", "float32", "float64", "int32", "int64", "bool_",

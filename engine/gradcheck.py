@@ -153,9 +153,10 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-6, atol: floa
         for col in range(len(diff)):
             a, n = analytical[k][col], numerical[k][col]
             if not numpy.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
+                # Shown as torch does: one row per input element, one column per output element.
                 with numpy.printoptions(precision=6, suppress=True, linewidth=120):
                     return _fail(f"Jacobian mismatch for output {j} with respect to input {col},\n"
-                                 f"numerical:{n}\nanalytical:{a}\n", raise_exception)
+                                 f"numerical:{n.T}\nanalytical:{a.T}\n", raise_exception)
     return True
 
 

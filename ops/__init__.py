@@ -1,7 +1,8 @@
 """threadgrad's differentiable operators, in functional form with torch's signatures.
 
-Every op broadcasts like numpy, keeps dtype, refuses operands on different devices, and is
-differentiable twice. ``REGISTRY`` maps each public op name to its function.
+Every op broadcasts like numpy, promotes dtypes like torch, refuses operands on different
+devices, and is differentiable twice. ``REGISTRY`` maps each public op name to its function;
+docs/ops.md lists them.
 
 >>> import engine, ops
 >>> x = engine.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
@@ -13,11 +14,16 @@ from __future__ import annotations
 import engine as _engine  # noqa: F401 - ops sit on top of engine (ops -> engine -> devices)
 
 from ._core import REGISTRY, register
+from .activation import gelu, log_softmax, relu, sigmoid, softmax, softplus
 from .device import clone, to
-from .elementwise import add, div, exp, log, mul, neg, pow, relu, sub, tanh
+from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, minimum, mul, neg, pow, sin, sqrt,
+                          sub, tanh, where)
+from .index import gather, getitem, index_put
 from .linalg import matmul
-from .reduce import mean, sum
-from .shape import expand, getitem, permute, reshape, squeeze, transpose, unsqueeze
+from .nn import conv2d, cross_entropy, dropout, linear, mse_loss
+from .reduce import logsumexp, max, mean, min, sum
+from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
+from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 
 __all__ = sorted(REGISTRY) + ["REGISTRY", "register"]

@@ -13,6 +13,8 @@ test samples fails the suite.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from numbers import Number
 from typing import Any, Callable, TypeVar
 
@@ -44,6 +46,8 @@ def device_error(name: str, a: Tensor, b: Tensor) -> RuntimeError:
 def check_tensor(x: Any, name: str, arg: str = "input") -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: argument '{arg}' must be a Tensor, got {type(x).__name__}")
+    if len(x._vc) > 2:
+        check_fresh(x, name)
     return x
 
 
@@ -72,6 +76,9 @@ def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
     if type(a) is Tensor and type(b) is Tensor:
         if a.device is not b.device:
             raise device_error(name, a, b)
+        if len(a._vc) > 2 or len(b._vc) > 2:
+            check_fresh(a, name)
+            check_fresh(b, name)
         return a, b
     if isinstance(a, Tensor):
         b = as_operand(b, a, name)
@@ -81,6 +88,9 @@ def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
         raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
     if a.device is not b.device:
         raise device_error(name, a, b)
+    if len(a._vc) > 2 or len(b._vc) > 2:
+        check_fresh(a, name)
+        check_fresh(b, name)
     return a, b
 
 
@@ -126,3 +136,88 @@ def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
 
         g = to(g, dtype=dtype)
     return g
+
+
+# Type categories for promotion, in torch's order: bool < integer < floating < complex.
+CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def result_dtype(a: Tensor, b: Tensor) -> numpy.dtype:
+    """torch's promotion of two tensor operands (numpy's differs for mixed kinds and 0-d).
+
+    A higher category wins outright (``int64 + float32 -> float32``, where numpy gives
+    float64); within one category a dimensioned tensor wins over a 0-d one (``float32[3] +
+    float64[] -> float32``); otherwise the wider type. Python numbers were already made
+    tensors of the other operand's dtype by :func:`as_operand`.
+    """
+    da, db = a.dtype, b.dtype
+    if da == db:
+        return da
+    ca, cb = CATEGORY.get(da.kind, 2), CATEGORY.get(db.kind, 2)
+    if ca != cb:
+        return da if ca > cb else db
+    if (a.ndim == 0) != (b.ndim == 0):
+        return db if a.ndim == 0 else da
+    return numpy.promote_types(da, db)
+
+
+def cast(data: Any, dtype: numpy.dtype) -> Any:
+    """``data`` as ``dtype`` (no copy when it already is)."""
+    return data if data.dtype == dtype else data.astype(dtype)
+
+
+def const(data: Any, like: Tensor) -> Tensor:
+    """A constant (no grad) tensor on ``like``'s device; arrays come from ``like.device.xp``."""
+    return _wrap(data, like.device)
+
+
+# --- views and in-place ops ----------------------------------------------------------------
+#
+# Note [Views and in-place]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# A view (reshape, transpose, permute, expand, basic getitem, split) shares its input's
+# array and its version counter ``_vc``, a list whose element 0 is the version the engine
+# checks. ops/ extends that shared list, and only ops/ reads the extra entries:
+#   _vc[1]  a weakref to the *root*: the tensor the first view was taken from. Every tensor
+#           sharing the list whose root is not itself is a view (or a detach() alias).
+#   _vc[2]  the root's graph generation: bumped when an in-place op *recorded* in the graph
+#           changes the root while views of it exist.
+# A view node (grad_fn of a view) created at generation k stores ``_view_gen = k``. The
+# rules, enforced in inplace.py and by :func:`check_fresh`:
+#   * a recorded in-place op on a view raises (the base's graph would miss the change);
+#   * a view whose generation is older than its root's raises when used by any op: its
+#     grad_fn still points at the root's old graph, so its gradients would be wrong.
+# Both are clear errors where torch would rebase the graph (CopySlices); never wrong
+# gradients. In-place ops under no_grad, or on tensors nothing requires grad of, are free.
+
+_view_lock = threading.Lock()  # guards the one-time marking of a root (see Note above)
+
+
+def share_version(out: Tensor, x: Tensor) -> None:
+    """Make ``out`` a view of ``x``: share its version counter and mark the root (see Note above)."""
+    vc = x._vc
+    if len(vc) == 1:
+        with _view_lock:  # first view of x only: two threads must not both append
+            if len(vc) == 1:
+                vc.append(weakref.ref(x))
+    out._vc = vc
+
+
+def mark_view_node(node: Node, x: Tensor) -> None:
+    """Stamp a view's grad_fn with its root's graph generation (Note [Views and in-place])."""
+    vc = x._vc
+    if len(vc) > 2:
+        node._view_gen = vc[2]
+
+
+def check_fresh(t: Tensor, name: str) -> None:
+    """Raise when ``t`` is a view made stale by a recorded in-place op on its root."""
+    vc = t._vc
+    if len(vc) > 2 and vc[1]() is not t:
+        made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
+        if made < vc[2]:
+            raise RuntimeError(
+                f"{name}: this tensor is a view (or a detach() alias) of a tensor that an in-place op changed "
+                "afterwards while recording gradients, so its graph is out of date and its gradients would be "
+                "wrong. Take the view again after the in-place op (or use the out-of-place op)."
+            )

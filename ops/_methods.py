@@ -1,7 +1,7 @@
 """Tensor's operators and op methods, bound to the ops defined in this package.
 
 Kept in one table so that each op stays defined once (in its module) and the Tensor class
-in engine/ knows nothing of individual operators.
+in engine/ knows nothing of individual operators. In-place methods live in inplace.py.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from . import device, elementwise, linalg, reduce, shape
+from . import activation, device, elementwise, index, linalg, reduce, shape
 
 
 def _rev(fn: Any) -> Any:
@@ -25,7 +25,7 @@ def _compare(ufunc_name: str) -> Any:
         from ._core import binary_operands
 
         a, b = binary_operands(self, other, ufunc_name)
-        return _wrap(getattr(a.device.xp, ufunc_name)(a.data, b.data), a.device)
+        return _wrap(a.device.xp.asarray(getattr(a.device.xp, ufunc_name)(a.data, b.data)), a.device)
 
     compare.__name__ = f"__{ufunc_name}__"
     return compare
@@ -42,21 +42,26 @@ _METHODS: dict[str, Any] = {
     "__truediv__": elementwise.div, "__rtruediv__": _rev(elementwise.div),
     "__pow__": elementwise.pow, "__rpow__": _rev(elementwise.pow),
     "__matmul__": linalg.matmul, "__rmatmul__": _rev(linalg.matmul),
-    "__neg__": elementwise.neg,
-    "__getitem__": shape.getitem,
+    "__neg__": elementwise.neg, "__abs__": elementwise.abs,
+    "__getitem__": index.getitem,
     "__lt__": _compare("less"), "__le__": _compare("less_equal"),
     "__gt__": _compare("greater"), "__ge__": _compare("greater_equal"),
     "__eq__": _compare("equal"), "__ne__": _compare("not_equal"),
     "add": elementwise.add, "sub": elementwise.sub, "mul": elementwise.mul, "div": elementwise.div,
     "neg": elementwise.neg, "pow": elementwise.pow, "matmul": linalg.matmul,
-    "exp": elementwise.exp, "log": elementwise.log, "tanh": elementwise.tanh, "relu": elementwise.relu,
-    "sum": reduce.sum, "mean": reduce.mean,
+    "exp": elementwise.exp, "log": elementwise.log, "sqrt": elementwise.sqrt, "abs": elementwise.abs,
+    "sin": elementwise.sin, "cos": elementwise.cos, "tanh": elementwise.tanh,
+    "clamp": elementwise.clamp, "maximum": elementwise.maximum, "minimum": elementwise.minimum,
+    "sigmoid": activation.sigmoid, "relu": activation.relu,
+    "softmax": activation.softmax, "log_softmax": activation.log_softmax,
+    "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min, "logsumexp": reduce.logsumexp,
     "reshape": lambda self, *s: shape.reshape(self, _shape_args(s)),
     "view": lambda self, *s: shape.reshape(self, _shape_args(s)),
     "expand": lambda self, *s: shape.expand(self, _shape_args(s)),
     "permute": lambda self, *d: shape.permute(self, _shape_args(d)),
     "transpose": shape.transpose,
     "squeeze": shape.squeeze, "unsqueeze": shape.unsqueeze,
+    "split": shape.split, "gather": index.gather,
     "to": lambda self, device=None, dtype=None: device_to(self, device, dtype),
     "clone": device.clone,
 }

@@ -1,11 +1,19 @@
-"""Elementwise ops: arithmetic and unary math. See Note [Op definitions] in _core.py."""
+"""Elementwise ops: arithmetic, unary math, maximum/minimum, where, clamp.
+
+Binary ops broadcast like numpy and promote like torch (:func:`_core.result_dtype`); their
+gradients are summed back to each operand's shape and cast to its dtype by ``fit``.
+See Note [Op definitions] in _core.py.
+"""
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
 from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, binary_operands, check_tensor, fit, record, register, tls
+from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit,
+                    record, register, result_dtype, tls)
 
 
 class _Binary(Node):
@@ -16,6 +24,16 @@ class _Binary(Node):
     def _meta(self, a: Tensor, b: Tensor) -> "_Binary":
         self.a_shape, self.a_dtype, self.b_shape, self.b_dtype = a.shape, a.dtype, b.shape, b.dtype
         return self
+
+
+def _binary_out(a: Tensor, b: Tensor, data: Any) -> Tensor:
+    """Wrap a binary op's result: torch's dtype when the operands' dtypes differ, and an
+    array (not a numpy scalar, which 0-d operands give) always."""
+    if a.data.dtype != b.data.dtype:
+        data = cast(a.device.xp.asarray(data), result_dtype(a, b))
+    elif type(data) is not a.data.__class__:
+        data = a.device.xp.asarray(data)
+    return _wrap(data, a.device)
 
 
 class AddBackward0(_Binary):
@@ -29,9 +47,9 @@ class AddBackward0(_Binary):
 
 @register
 def add(a: Any, b: Any) -> Tensor:
-    """``a + b`` with numpy broadcasting."""
+    """``a + b`` with numpy broadcasting; either operand may be a number."""
     a, b = binary_operands(a, b, "add")
-    out = _wrap(a.data + b.data, a.device)
+    out = _binary_out(a, b, a.data + b.data)
     if tls.grad_enabled and (a._rg or b._rg):
         record(AddBackward0()._meta(a, b), (a, b), out)
     return out
@@ -50,7 +68,7 @@ class SubBackward0(_Binary):
 def sub(a: Any, b: Any) -> Tensor:
     """``a - b`` with numpy broadcasting."""
     a, b = binary_operands(a, b, "sub")
-    out = _wrap(a.data - b.data, a.device)
+    out = _binary_out(a, b, a.data - b.data)
     if tls.grad_enabled and (a._rg or b._rg):
         record(SubBackward0()._meta(a, b), (a, b), out)
     return out
@@ -70,7 +88,7 @@ class MulBackward0(_Binary):
 def mul(a: Any, b: Any) -> Tensor:
     """``a * b`` with numpy broadcasting."""
     a, b = binary_operands(a, b, "mul")
-    out = _wrap(a.data * b.data, a.device)
+    out = _binary_out(a, b, a.data * b.data)
     if tls.grad_enabled and (a._rg or b._rg):
         # Save only what a needed gradient uses: b for a's gradient, a for b's.
         record(MulBackward0()._meta(a, b), (a, b), out, (a if b._rg else None, b if a._rg else None))
@@ -89,9 +107,12 @@ class DivBackward0(_Binary):
 
 @register
 def div(a: Any, b: Any) -> Tensor:
-    """``a / b`` (true division) with numpy broadcasting."""
+    """``a / b`` (true division: integer operands give float32, like torch)."""
     a, b = binary_operands(a, b, "div")
-    out = _wrap(a.data / b.data, a.device)
+    rdt = result_dtype(a, b)
+    if rdt.kind not in "fc":
+        rdt = a.device.xp.dtype("float32")
+    out = _wrap(cast(a.device.xp.asarray(a.data / b.data), rdt), a.device)
     if tls.grad_enabled and (a._rg or b._rg):
         record(DivBackward0()._meta(a, b), (a, b), out, (a if b._rg else None, b))
     return out
@@ -140,7 +161,7 @@ class PowBackward1(_Binary):
             ga = fit(mul(mul(g, b), pow(a, sub(b, 1))), self.a_shape, self.a_dtype)
         if eb[0] is not None:
             # d(a**b)/db = a**b * log(a); where a == 0 torch takes 0 (the limit for b > 0).
-            safe = _wrap((a.data != 0).astype(a.dtype), a.device)
+            safe = const((a.data != 0).astype(a.dtype), a)
             la = log(add(a, sub(1, safe)))
             gb = fit(mul(mul(g, out), la), self.b_shape, self.b_dtype)
         return (ga, gb)
@@ -149,18 +170,26 @@ class PowBackward1(_Binary):
 @register
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
     """``a ** b``; either may be a number."""
-    if isinstance(a, Tensor) and not isinstance(b, Tensor) and isinstance(b, (int, float)):
-        out = _wrap(a.data ** b, a.device)
+    if isinstance(a, Tensor) and not isinstance(b, (Tensor, bool)) and isinstance(b, (int, float)):
+        out = _wrap(a.device.xp.asarray(a.data ** b), a.device)
         if tls.grad_enabled and a._rg:
             node = PowBackward0()
             node.exponent = b
             record(node, (a,), out, (a,))
         return out
     a, b = binary_operands(a, b, "pow")
-    out = _wrap(a.data ** b.data, a.device)
+    out = _binary_out(a, b, a.data ** b.data)
     if tls.grad_enabled and (a._rg or b._rg):
         record(PowBackward1()._meta(a, b), (a, b), out, (a, b, out if b._rg else None))
     return out
+
+
+# --- unary math ----------------------------------------------------------------------
+
+def _float_input(x: Tensor, name: str) -> Any:
+    """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...)."""
+    check_tensor(x, name)
+    return x.data if x.dtype.kind in "fc" else x.data.astype("float32")
 
 
 class ExpBackward0(Node):
@@ -174,8 +203,7 @@ class ExpBackward0(Node):
 @register
 def exp(x: Tensor) -> Tensor:
     """``e ** x``."""
-    check_tensor(x, "exp")
-    out = _wrap(x.device.xp.exp(x.data), x.device)
+    out = _wrap(x.device.xp.exp(_float_input(x, "exp")), x.device)
     if tls.grad_enabled and x._rg:
         record(ExpBackward0(), (x,), out, (out,))
     return out
@@ -191,11 +219,80 @@ class LogBackward0(Node):
 
 @register
 def log(x: Tensor) -> Tensor:
-    """Natural logarithm."""
-    check_tensor(x, "log")
-    out = _wrap(x.device.xp.log(x.data), x.device)
+    """Natural logarithm (``-inf`` at 0, ``nan`` below, like torch)."""
+    out = _wrap(x.device.xp.log(_float_input(x, "log")), x.device)
     if tls.grad_enabled and x._rg:
         record(LogBackward0(), (x,), out, (x,))
+    return out
+
+
+class SqrtBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (out,) = self.saved_tensors()
+        return (div(g, mul(out, 2)),)
+
+
+@register
+def sqrt(x: Tensor) -> Tensor:
+    """Square root."""
+    out = _wrap(x.device.xp.sqrt(_float_input(x, "sqrt")), x.device)
+    if tls.grad_enabled and x._rg:
+        record(SqrtBackward0(), (x,), out, (out,))
+    return out
+
+
+class AbsBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        # sign(x) is a constant (0 at 0, as in torch): abs is piecewise linear.
+        return (mul(g, const(x.device.xp.sign(x.data), x)),)
+
+
+@register
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
+    """``|x|``; the gradient at 0 is 0, as in torch."""
+    check_tensor(x, "abs")
+    out = _wrap(x.device.xp.abs(x.data), x.device)
+    if tls.grad_enabled and x._rg:
+        record(AbsBackward0(), (x,), out, (x,))
+    return out
+
+
+class SinBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        return (mul(g, cos(x)),)
+
+
+@register
+def sin(x: Tensor) -> Tensor:
+    """Sine."""
+    out = _wrap(x.device.xp.sin(_float_input(x, "sin")), x.device)
+    if tls.grad_enabled and x._rg:
+        record(SinBackward0(), (x,), out, (x,))
+    return out
+
+
+class CosBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        return (neg(mul(g, sin(x))),)
+
+
+@register
+def cos(x: Tensor) -> Tensor:
+    """Cosine."""
+    out = _wrap(x.device.xp.cos(_float_input(x, "cos")), x.device)
+    if tls.grad_enabled and x._rg:
+        record(CosBackward0(), (x,), out, (x,))
     return out
 
 
@@ -210,27 +307,156 @@ class TanhBackward0(Node):
 @register
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent."""
-    check_tensor(x, "tanh")
-    out = _wrap(x.device.xp.tanh(x.data), x.device)
+    out = _wrap(x.device.xp.tanh(_float_input(x, "tanh")), x.device)
     if tls.grad_enabled and x._rg:
         record(TanhBackward0(), (x,), out, (out,))
     return out
 
 
-class ReluBackward0(Node):
+# --- maximum, minimum, where, clamp -------------------------------------------------------
+
+class MaximumBackward0(_Binary):
+    """Also minimum's node (``MinimumBackward0`` below). Ties split the gradient equally."""
+
     __slots__ = ()
+    _greater = "greater"
 
     def backward(self, g: Tensor) -> tuple:
-        (out,) = self.saved_tensors()
-        # The mask is a constant: relu's second derivative is zero almost everywhere.
-        return (mul(g, _wrap((out.data > 0).astype(out.dtype), out.device)),)
+        a, b = self.saved_tensors()
+        xp = a.device.xp
+        # The share of g going to a: 1 where a wins, 1/2 on ties, 0 where b wins (a constant).
+        wins = getattr(xp, self._greater)(a.data, b.data).astype(g.dtype)
+        share = wins + 0.5 * (a.data == b.data).astype(g.dtype)
+        ea, eb = self.next_edges
+        return (fit(mul(g, const(share.astype(g.dtype), g)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(mul(g, const((1 - share).astype(g.dtype), g)), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+
+
+class MinimumBackward0(MaximumBackward0):
+    __slots__ = ()
+    _greater = "less"
+
+
+def _extremum(a: Any, b: Any, name: str, node_cls: type) -> Tensor:
+    a, b = binary_operands(a, b, name)
+    out = _binary_out(a, b, getattr(a.device.xp, name)(a.data, b.data))
+    if tls.grad_enabled and (a._rg or b._rg):
+        record(node_cls()._meta(a, b), (a, b), out, (a, b))
+    return out
 
 
 @register
-def relu(x: Tensor) -> Tensor:
-    """``max(x, 0)``; the gradient at 0 is 0, as in torch."""
-    check_tensor(x, "relu")
-    out = _wrap(x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), x.device)
+def maximum(a: Any, b: Any) -> Tensor:
+    """Elementwise maximum (NaN propagates); on ties each operand gets half the gradient."""
+    return _extremum(a, b, "maximum", MaximumBackward0)
+
+
+@register
+def minimum(a: Any, b: Any) -> Tensor:
+    """Elementwise minimum (NaN propagates); on ties each operand gets half the gradient."""
+    return _extremum(a, b, "minimum", MinimumBackward0)
+
+
+class WhereBackward0(_Binary):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (cond,) = self.saved_tensors()
+        _, ea, eb = self.next_edges
+        zero = const(g.device.xp.zeros((), dtype=g.dtype), g)
+        return (None,
+                fit(where(cond, g, zero), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(where(cond, zero, g), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+
+
+@register
+def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
+    """``input`` where ``condition`` is true, else ``other`` (all three broadcast)."""
+    if not isinstance(condition, Tensor):
+        like = input if isinstance(input, Tensor) else other
+        condition = as_operand(condition, check_tensor(like, "where", "input"), "where")
+    a, b = binary_operands(input, other, "where")
+    if condition.device is not a.device:
+        raise device_error("where", condition, a)
+    if condition.dtype.kind != "b":
+        raise TypeError(f"where: condition must be a bool tensor, got dtype {condition.dtype}; compare first (e.g. x > 0)")
+    out = _binary_out(a, b, a.device.xp.where(condition.data, a.data, b.data))
+    if tls.grad_enabled and (a._rg or b._rg):
+        record(WhereBackward0()._meta(a, b), (None, a, b), out, (condition,))
+    return out
+
+
+class ClampBackward1(Node):
+    """``clamp`` = ``minimum(maximum(x, lo), hi)``, but x keeps the gradient at the bounds (torch)."""
+
+    __slots__ = ("shapes", "dtypes")
+
+    def backward(self, g: Tensor) -> tuple:
+        x, lo, hi = self.saved_tensors()
+        xp = x.device.xp
+        inside = xp.ones(g.shape, dtype=bool)
+        grads = [None, None, None]
+        above_lo = None
+        if lo is not None:
+            inside &= x.data >= lo.data
+            above_lo = xp.maximum(x.data, lo.data)
+        if hi is not None:
+            inside &= (x.data if above_lo is None else above_lo) <= hi.data
+        edges = self.next_edges
+        if edges[0][0] is not None:
+            grads[0] = fit(mul(g, const(inside.astype(g.dtype), g)), self.shapes[0], self.dtypes[0])
+        if lo is not None and edges[1][0] is not None:
+            lo_wins = (x.data < lo.data) & ((lo.data <= hi.data) if hi is not None else True)
+            grads[1] = fit(mul(g, const(xp.asarray(lo_wins).astype(g.dtype), g)), self.shapes[1], self.dtypes[1])
+        if hi is not None and edges[2][0] is not None:
+            hi_wins = (x.data if above_lo is None else above_lo) > hi.data
+            grads[2] = fit(mul(g, const(hi_wins.astype(g.dtype), g)), self.shapes[2], self.dtypes[2])
+        return tuple(grads)
+
+
+@register
+def clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 - torch's names
+    """Limit ``x`` to ``[min, max]`` (numbers or tensors; either may be None).
+
+    Where ``min > max`` the result is ``max``, as in torch. The gradient goes to ``x`` where
+    ``min <= x <= max`` and otherwise to the bound that was taken.
+    """
+    check_tensor(x, "clamp")
+    if min is None and max is None:
+        raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
+    lo = None if min is None else binary_operands(x, min, "clamp")[1]
+    hi = None if max is None else binary_operands(x, max, "clamp")[1]
+    xp = x.device.xp
+    data, dt = x.data, x.dtype
+    for bound, fn in ((lo, xp.maximum), (hi, xp.minimum)):
+        if bound is not None:
+            dt = result_dtype(SimpleNamespace(dtype=dt, ndim=x.ndim), bound)
+            data = fn(data, bound.data)
+    out = _wrap(cast(xp.asarray(data), dt), x.device)
+    if tls.grad_enabled and (x._rg or (lo is not None and lo._rg) or (hi is not None and hi._rg)):
+        node = ClampBackward1()
+        ts = (x, lo, hi)
+        node.shapes = tuple(t.shape if t is not None else None for t in ts)
+        node.dtypes = tuple(t.dtype if t is not None else None for t in ts)
+        record(node, ts, out, ts)
+    return out
+
+
+class ErfBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        return (mul(g, mul(exp(neg(mul(x, x))), 2.0 / math.sqrt(math.pi))),)
+
+
+@register
+def erf(x: Tensor) -> Tensor:
+    """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt`` (used by exact gelu)."""
+    from ._special import erf_array
+
+    data = _float_input(x, "erf")
+    out = _wrap(erf_array(data, x.device.xp), x.device)
     if tls.grad_enabled and x._rg:
-        record(ReluBackward0(), (x,), out, (out,))
+        record(ErfBackward0(), (x,), out, (x,))
     return out

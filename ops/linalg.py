@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
 from engine.tensor import Tensor, _wrap
 
 from ._core import Node, binary_operands, fit, record, register, tls
@@ -37,11 +39,8 @@ class MatmulBackward0(MmBackward0):
         a, b = self.saved_tensors()
         a2 = unsqueeze(a, 0) if a.ndim == 1 else a
         b2 = unsqueeze(b, -1) if b.ndim == 1 else b
-        g2 = g
-        if a.ndim == 1:
-            g2 = unsqueeze(g2, -2)
-        if b.ndim == 1:
-            g2 = unsqueeze(g2, -1)
+        batch = numpy.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        g2 = reshape(g, batch + (a2.shape[-2], b2.shape[-1]))  # g with the lifted dims put back
         ea, eb = self.next_edges
         ga = gb = None
         if ea[0] is not None:

@@ -1,11 +1,15 @@
-"""Reductions: sum, mean. See Note [Op definitions] in _core.py."""
+"""Reductions: sum, mean, max, min, logsumexp. See Note [Op definitions] in _core.py."""
 from __future__ import annotations
 
+import builtins as _builtins
+from collections import namedtuple
 from typing import Any
+
+import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, normalize_dims, record, register, tls
+from ._core import Node, check_tensor, const, normalize_dim, normalize_dims, record, register, tls
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
@@ -37,9 +41,18 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A
     return out
 
 
+class MeanBackward0(SumBackward0):
+    __slots__ = ("count",)
+
+    def backward(self, g: Tensor) -> tuple:
+        from .elementwise import div
+
+        return (div(super().backward(g)[0], self.count),)
+
+
 @register
 def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """Mean over ``dim``; floating point tensors only, like torch."""
+    """Mean over ``dim``; floating point tensors only, like torch (empty slices give nan)."""
     check_tensor(x, "mean")
     if x.dtype.kind not in "fc":
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, but got {x.dtype}")
@@ -47,6 +60,149 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     n = 1
     for d in dims:
         n *= x.shape[d]
-    from .elementwise import div
+    with numpy.errstate(invalid="ignore", divide="ignore"):  # host-side flags: empty slices -> nan
+        data = x.data.sum(axis=dims, keepdims=keepdim) / (n if n else float("nan"))
+    out = _wrap(x.device.xp.asarray(data, dtype=x.dtype), x.device)
+    if tls.grad_enabled and x._rg:
+        node = MeanBackward0()
+        node.in_shape, node.dims, node.keepdim, node.count = x.shape, dims, keepdim, float(n) if n else float("nan")
+        record(node, (x,), out)
+    return out
 
-    return div(sum(x, dims, keepdim), float(n) if n else float("nan"))
+
+# torch.return_types.max / min: a (values, indices) pair that also reads as a tuple.
+MaxMin = namedtuple("MaxMin", ["values", "indices"])
+
+
+class MaxBackward1(Node):
+    """Full reduction (no dim): ties share the gradient equally, as in torch."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        from .elementwise import mul
+        from .shape import expand
+
+        x, out = self.saved_tensors()
+        hit = (x.data == out.data).astype(g.dtype)
+        share = hit / _builtins.max(float(hit.sum()), 1.0)
+        return (mul(expand(g, x.shape), const(share, g)),)
+
+
+class MinBackward1(MaxBackward1):
+    __slots__ = ()
+
+
+class MaxBackward0(Node):
+    """Reduction along ``dim``: the gradient goes to the index that was returned."""
+
+    __slots__ = ("in_shape", "dim", "keepdim", "index")
+
+    def backward(self, g: Tensor) -> tuple:
+        from .index import index_put_zeros
+        from .shape import unsqueeze
+
+        if not self.keepdim:
+            g = unsqueeze(g, self.dim)
+        return (index_put_zeros(g, self.in_shape, self.index, False),)
+
+
+class MinBackward0(MaxBackward0):
+    __slots__ = ()
+
+
+def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
+    check_tensor(x, name)
+    xp = x.device.xp
+    if dim is None:
+        if x.data.size == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        out = _wrap(xp.asarray(getattr(xp, name)(x.data)), x.device)
+        if tls.grad_enabled and x._rg:
+            record((MaxBackward1 if name == "max" else MinBackward1)(), (x,), out, (x, out))
+        return out
+    d = normalize_dim(dim, x.ndim, name)
+    if x.ndim == 0:  # torch allows dim 0 / -1 on a 0-d tensor: reduce it as shape (1,)
+        from .shape import reshape
+
+        return _extreme(reshape(x, (1,)), 0, False, name)
+    if x.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size (input shape {list(x.shape)})")
+    from .index import along_dim_index
+
+    idx = xp.expand_dims(getattr(xp, "arg" + name)(x.data, axis=d), d)
+    tup = along_dim_index(idx, d, xp)
+    values = x.data[tup]
+    if not keepdim:
+        values, idx = values.squeeze(d), idx.squeeze(d)
+    out = _wrap(xp.asarray(values), x.device)
+    indices = _wrap(xp.asarray(idx).astype("int64", copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = (MaxBackward0 if name == "max" else MinBackward0)()
+        node.in_shape, node.dim, node.keepdim, node.index = x.shape, d, keepdim, tup
+        record(node, (x,), out)
+    return MaxMin(out, indices)
+
+
+@register
+def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001 - torch's name
+    """The largest element (a 0-d tensor; ties share the gradient), or with ``dim`` a
+    ``(values, indices)`` pair whose gradient goes to the returned index.
+
+    >>> import engine, ops
+    >>> values, indices = ops.max(engine.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
+    >>> values.tolist(), indices.tolist()
+    ([5.0, 7.0], [1, 0])
+    """
+    return _extreme(x, dim, keepdim, "max")
+
+
+@register
+def min(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001 - torch's name
+    """The smallest element, or with ``dim`` a ``(values, indices)`` pair; see :func:`max`."""
+    return _extreme(x, dim, keepdim, "min")
+
+
+class LogsumexpBackward0(Node):
+    __slots__ = ("dims", "keepdim")
+
+    def backward(self, g: Tensor) -> tuple:
+        from .elementwise import exp, mul, sub
+        from .shape import reshape
+
+        x, out = self.saved_tensors()
+        if not self.keepdim:
+            kshape = keepdim_shape(x.shape, self.dims)
+            g, out = reshape(g, kshape), reshape(out, kshape)
+        return (mul(g, exp(sub(x, out))),)
+
+
+@register
+def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x), dim))`` without overflow: the max is taken out first.
+
+    >>> import engine, ops
+    >>> round(ops.logsumexp(engine.tensor([1000.0, 1000.0]), 0).item(), 3)
+    1000.693
+    """
+    check_tensor(x, "logsumexp")
+    if x.dtype.kind not in "fc":
+        raise TypeError(f"logsumexp: expected a floating point tensor, got dtype {x.dtype}")
+    dims = normalize_dims(dim, x.ndim, "logsumexp")
+    xp = x.device.xp
+    if x.data.size:
+        m = xp.max(x.data, axis=dims, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)  # all -inf (or inf) slices: shift by 0
+    else:
+        m = xp.zeros(keepdim_shape(x.shape, dims), dtype=x.dtype)
+    with numpy.errstate(divide="ignore"):  # all -inf slices: log(0) = -inf, as in torch (host-side flag only)
+        res = xp.log(xp.exp(x.data - m).sum(axis=dims, keepdims=True)) + m
+    if not keepdim:
+        res = res.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dims))
+    out = _wrap(res.astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = LogsumexpBackward0()
+        node.dims, node.keepdim = dims, keepdim
+        record(node, (x,), out, (x, out))
+    return out

@@ -1,4 +1,4 @@
-"""Shape and indexing ops: reshape/view, transpose, permute, expand, squeeze, unsqueeze, getitem.
+"""Shape ops: reshape/view, transpose, permute, expand, squeeze, unsqueeze, cat, stack, split.
 
 Their outputs are numpy views where numpy gives one, sharing the input's version counter
 (an in-place op on the view bumps the base's version too, as in torch).
@@ -6,19 +6,21 @@ See Note [Op definitions] in _core.py.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, normalize_dim, record, register, tls
+from ._core import (Node, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, register,
+                    result_dtype, share_version, tls)
 
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
     out = _wrap(data, x.device)
     if data.base is not None:
-        out._vc = x._vc
+        share_version(out, x)  # See Note [Views and in-place] in _core.py
     return out
 
 
@@ -47,6 +49,7 @@ def reshape(x: Tensor, shape: Any) -> Tensor:
     out = _view_out(data, x)
     if tls.grad_enabled and x._rg:
         node = ViewBackward0()
+        mark_view_node(node, x)
         node.in_shape = x.shape
         record(node, (x,), out)
     return out
@@ -67,6 +70,7 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     out = _view_out(x.device.xp.swapaxes(x.data, d0, d1) if x.ndim > 1 else x.data, x)
     if tls.grad_enabled and x._rg:
         node = TransposeBackward0()
+        mark_view_node(node, x)
         node.dims = (d0, d1)
         record(node, (x,), out)
     return out
@@ -89,6 +93,7 @@ def permute(x: Tensor, dims: Any) -> Tensor:
     out = _view_out(x.device.xp.transpose(x.data, dims), x)
     if tls.grad_enabled and x._rg:
         node = PermuteBackward0()
+        mark_view_node(node, x)
         node.inverse = tuple(int(i) for i in numpy.argsort(dims))
         record(node, (x,), out)
     return out
@@ -123,9 +128,10 @@ def expand(x: Tensor, shape: Any) -> Tensor:
 
 def _expand_record(x: Tensor, data: Any, shape: tuple) -> Tensor:
     out = _wrap(data, x.device)
-    out._vc = x._vc
+    share_version(out, x)
     if tls.grad_enabled and x._rg:
         node = ExpandBackward0()
+        mark_view_node(node, x)
         node.in_shape = x.shape
         record(node, (x,), out)
     return out
@@ -151,70 +157,144 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
 
 
-# --- indexing --------------------------------------------------------------------------
+# --- joining and splitting ------------------------------------------------------------------
 
-def _convert_index(idx: Any) -> Any:
-    """Tensors inside an index become arrays; lists of ints become integer arrays."""
-    if isinstance(idx, tuple):
-        return tuple(_convert_index(i) for i in idx)
-    if isinstance(idx, Tensor):
-        return idx.data
-    if isinstance(idx, list):
-        return numpy.asarray(idx)
-    return idx
-
-
-def _is_basic(idx: Any) -> bool:
-    items = idx if isinstance(idx, tuple) else (idx,)
-    return all(i is None or i is Ellipsis or isinstance(i, (int, numpy.integer, slice)) for i in items)
+def _check_seq(tensors: Any, name: str) -> list:
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{name}: expected a sequence of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        raise RuntimeError(f"{name}: expected a non-empty sequence of tensors")
+    ts = [check_tensor(t, name, f"tensors[{i}]") for i, t in enumerate(tensors)]
+    for t in ts[1:]:
+        if t.device is not ts[0].device:
+            raise device_error(name, ts[0], t)
+    return ts
 
 
-class IndexBackward0(Node):
-    __slots__ = ("in_shape", "index", "basic")
+def _common_dtype(ts: list) -> Any:
+    """The dtype every input is cast to: torch's promotion folded over the sequence."""
+    probe = SimpleNamespace(dtype=ts[0].dtype, ndim=ts[0].ndim)
+    for t in ts[1:]:
+        probe.dtype = result_dtype(probe, t)  # type: ignore[arg-type]
+    return probe.dtype
+
+
+class CatBackward0(Node):
+    __slots__ = ("dim", "sizes", "dtypes")
 
     def backward(self, g: Tensor) -> tuple:
-        return (index_put_zeros(g, self.in_shape, self.index, self.basic),)
+        from ._core import fit
+        from .index import getitem
+
+        grads = []
+        start = 0
+        lead = (slice(None),) * self.dim
+        for (nxt, _), n, dt, shp in zip(self.next_edges, self.sizes, self.dtypes, self._shapes(g)):
+            grads.append(fit(getitem(g, lead + (slice(start, start + n),)), shp, dt) if nxt is not None else None)
+            start += n
+        return tuple(grads)
+
+    def _shapes(self, g: Tensor) -> list:
+        return [g.shape[:self.dim] + (n,) + g.shape[self.dim + 1:] for n in self.sizes]
 
 
 @register
-def getitem(x: Tensor, index: Any) -> Tensor:
-    """``x[index]``: ints, slices, None, Ellipsis, boolean masks, integer arrays/tensors.
-    Repeated integer indices accumulate their gradients."""
-    check_tensor(x, "getitem")
-    idx = _convert_index(index)
+def cat(tensors: Any, dim: int = 0) -> Tensor:
+    """Join tensors along an existing dim (all other dims must match; dtypes promote)."""
+    ts = _check_seq(tensors, "cat")
+    if any(t.ndim == 0 for t in ts):
+        raise RuntimeError("cat: zero-dimensional tensor cannot be concatenated; use stack or unsqueeze first")
+    d = normalize_dim(dim, ts[0].ndim, "cat")
+    dt = _common_dtype(ts)
     try:
-        data = x.data[idx]
-    except IndexError as e:
-        raise IndexError(f"getitem: index {index!r:.80} is out of range for a tensor of shape {list(x.shape)} ({e})") from None
-    basic = _is_basic(idx)
-    out = _view_out(data, x) if basic else _wrap(data, x.device)
-    if out.data.base is None and not isinstance(out.data, x.device.xp.ndarray):
-        out.data = x.device.xp.asarray(out.data)
-    if tls.grad_enabled and x._rg:
-        node = IndexBackward0()
-        node.in_shape, node.index, node.basic = x.shape, idx, basic
-        record(node, (x,), out)
+        data = ts[0].device.xp.concatenate([cast(t.data, dt) for t in ts], axis=d)
+    except ValueError:
+        raise RuntimeError(f"cat: sizes of tensors must match except in dimension {d}; got shapes "
+                           f"{[list(t.shape) for t in ts]}") from None
+    out = _wrap(data, ts[0].device)
+    if tls.grad_enabled and any(t._rg for t in ts):
+        node = CatBackward0()
+        node.dim, node.sizes, node.dtypes = d, tuple(t.shape[d] for t in ts), tuple(t.dtype for t in ts)
+        record(node, ts, out)
     return out
 
 
-class IndexPutBackward0(Node):
-    __slots__ = ("index",)
+class StackBackward0(Node):
+    __slots__ = ("dim", "dtypes")
 
     def backward(self, g: Tensor) -> tuple:
-        return (getitem(g, self.index),)
+        from ._core import fit
+        from .index import getitem
+
+        lead = (slice(None),) * self.dim
+        return tuple(fit(getitem(g, lead + (i,)), g.shape[:self.dim] + g.shape[self.dim + 1:], dt)
+                     if nxt is not None else None
+                     for i, ((nxt, _), dt) in enumerate(zip(self.next_edges, self.dtypes)))
 
 
-def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
-    """Zeros of ``shape`` with ``g`` added at ``index`` (getitem's backward; differentiable)."""
-    xp = g.device.xp
-    data = xp.zeros(shape, dtype=g.dtype)
-    if basic:
-        data[index] = g.data
-    else:
-        xp.add.at(data, index, g.data)
-    out = _wrap(data, g.device)
-    if tls.grad_enabled and g._rg:
-        node = IndexPutBackward0()
-        node.index = index
-        record(node, (g,), out)
+@register
+def stack(tensors: Any, dim: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new dim ``dim``."""
+    ts = _check_seq(tensors, "stack")
+    d = normalize_dim(dim, ts[0].ndim + 1, "stack")
+    for t in ts[1:]:
+        if t.shape != ts[0].shape:
+            raise RuntimeError(f"stack: expects each tensor to be equal size, but got {list(ts[0].shape)} and {list(t.shape)}")
+    dt = _common_dtype(ts)
+    out = _wrap(ts[0].device.xp.stack([cast(t.data, dt) for t in ts], axis=d), ts[0].device)
+    if tls.grad_enabled and any(t._rg for t in ts):
+        node = StackBackward0()
+        node.dim, node.dtypes = d, tuple(t.dtype for t in ts)
+        record(node, ts, out)
     return out
+
+
+class SplitBackward0(Node):
+    """One node for all the pieces: unused pieces send None, filled with zeros here."""
+
+    __slots__ = ("dim", "sizes")
+
+    def backward(self, *grads: Tensor) -> tuple:
+        like = next(g for g in grads if g is not None)
+        xp = like.device.xp
+        parts = []
+        for g, n in zip(grads, self.sizes):
+            if g is None:
+                shape = like.shape[:self.dim] + (n,) + like.shape[self.dim + 1:]
+                g = _wrap(xp.zeros(shape, dtype=like.dtype), like.device)
+            parts.append(g)
+        return (cat(parts, self.dim),)
+
+
+@register
+def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
+    """Views of ``x`` cut along ``dim``: pieces of size ``split_size_or_sections`` (the last
+    may be smaller) or of the listed sizes (which must add up to ``x.shape[dim]``)."""
+    check_tensor(x, "split")
+    d = normalize_dim(dim, x.ndim, "split")
+    if x.ndim == 0:
+        raise RuntimeError("split: a 0-d tensor cannot be split")
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, (int, numpy.integer)):
+        step = int(split_size_or_sections)
+        if step <= 0 and not (step == 0 and n == 0):
+            raise RuntimeError(f"split: split_size must be positive, got {step}")
+        sizes = [min(step, n - s) for s in range(0, n, step)] if n else [0]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise RuntimeError(f"split: split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got split_sizes={sizes}")
+    outs = []
+    start = 0
+    lead = (slice(None),) * d
+    for s in sizes:
+        outs.append(_view_out(x.data[lead + (slice(start, start + s),)], x))
+        start += s
+    if tls.grad_enabled and x._rg:
+        node = SplitBackward0()
+        mark_view_node(node, x)
+        node.dim, node.sizes = d, tuple(sizes)
+        record(node, (x,), outs)
+    return tuple(outs)
+

@@ -1,0 +1,199 @@
+"""Activations: sigmoid, relu, gelu, softplus, softmax, log_softmax.
+
+Forwards are the numerically stable forms; backwards are written with ops (so a second
+derivative exists) on the saved input or output. See Note [Op definitions] in _core.py.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.tensor import Tensor, _wrap
+
+from ._core import Node, check_tensor, const, normalize_dim, record, register, tls
+from .elementwise import add, erf, exp, mul, sub, tanh, where
+
+
+def _float_data(x: Tensor, name: str) -> Any:
+    check_tensor(x, name)
+    if x.dtype.kind not in "fc":
+        raise TypeError(f"{name}: expected a floating point tensor, got dtype {x.dtype}; convert with x.to(engine.float32)")
+    return x.data
+
+
+class SigmoidBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (out,) = self.saved_tensors()
+        return (mul(g, mul(out, sub(1, out))),)
+
+
+def _sigmoid_array(data: Any, xp: Any) -> Any:
+    # exp(-|x|) never overflows: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) for x < 0.
+    e = xp.exp(-xp.abs(data))
+    return xp.where(data >= 0, 1 / (1 + e), e / (1 + e)).astype(data.dtype, copy=False)
+
+
+@register
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))``, computed without overflow for large ``|x|``."""
+    data = _float_data(x, "sigmoid")
+    out = _wrap(_sigmoid_array(data, x.device.xp), x.device)
+    if tls.grad_enabled and x._rg:
+        record(SigmoidBackward0(), (x,), out, (out,))
+    return out
+
+
+class ReluBackward0(Node):
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        (out,) = self.saved_tensors()
+        # The mask is a constant: relu's second derivative is zero almost everywhere.
+        return (mul(g, const((out.data > 0).astype(g.dtype), g)),)
+
+
+@register
+def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)``; the gradient at 0 is 0, as in torch."""
+    check_tensor(x, "relu")
+    out = _wrap(x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        record(ReluBackward0(), (x,), out, (out,))
+    return out
+
+
+_SQRT1_2 = 1 / math.sqrt(2)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_TANH_K = math.sqrt(2 / math.pi)
+_TANH_C = 0.044715
+
+
+class GeluBackward0(Node):
+    __slots__ = ("approximate",)
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        if self.approximate == "tanh":
+            x2 = mul(x, x)
+            t = tanh(mul(add(x, mul(mul(x2, x), _TANH_C)), _TANH_K))
+            # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
+            dt = mul(sub(1, mul(t, t)), add(mul(x2, 3 * _TANH_C * _TANH_K), _TANH_K))
+            d = mul(add(add(t, 1), mul(x, dt)), 0.5)
+        else:
+            cdf = mul(add(erf(mul(x, _SQRT1_2)), 1), 0.5)
+            pdf = mul(exp(mul(mul(x, x), -0.5)), _INV_SQRT_2PI)
+            d = add(cdf, mul(x, pdf))
+        return (mul(g, d),)
+
+
+@register
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """``x * Phi(x)`` with the exact normal CDF (``approximate="none"``) or its tanh form
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (``approximate="tanh"``)."""
+    data = _float_data(x, "gelu")
+    xp = x.device.xp
+    if approximate == "none":
+        from ._special import erf_array
+
+        res = 0.5 * data * (1 + erf_array(data * _SQRT1_2, xp))
+    elif approximate == "tanh":
+        res = 0.5 * data * (1 + xp.tanh(_TANH_K * (data + _TANH_C * data * data * data)))
+    else:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    out = _wrap(res.astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = GeluBackward0()
+        node.approximate = approximate
+        record(node, (x,), out, (x,))
+    return out
+
+
+class SoftplusBackward0(Node):
+    __slots__ = ("beta", "threshold")
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        bx = mul(x, self.beta)
+        linear = const(bx.data > self.threshold, x)
+        return (mul(g, where(linear, const(x.device.xp.ones((), dtype=g.dtype), g), sigmoid(bx))),)
+
+
+@register
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta x)) / beta``; linear (``x``) where ``beta x > threshold``, as in torch."""
+    data = _float_data(x, "softplus")
+    xp = x.device.xp
+    bx = data * beta
+    res = xp.where(bx > threshold, data, xp.logaddexp(0, bx) / beta)
+    out = _wrap(res.astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = SoftplusBackward0()
+        node.beta, node.threshold = beta, threshold
+        record(node, (x,), out, (x,))
+    return out
+
+
+def _shifted(data: Any, d: int, xp: Any) -> Any:
+    """``data - max(data, d)``, with all-``-inf`` slices shifted by 0 (no ``inf - inf``)."""
+    m = xp.max(data, axis=d, keepdims=True) if data.size else xp.zeros_like(data)
+    return data - xp.where(xp.isfinite(m), m, 0)
+
+
+class SoftmaxBackward0(Node):
+    __slots__ = ("dim",)
+
+    def backward(self, g: Tensor) -> tuple:
+        from .reduce import sum as _sum
+
+        (out,) = self.saved_tensors()
+        return (mul(out, sub(g, _sum(mul(g, out), self.dim, keepdim=True))),)
+
+
+@register
+def softmax(x: Tensor, dim: int) -> Tensor:
+    """``exp(x) / sum(exp(x), dim)``, shifted by the max for stability."""
+    data = _float_data(x, "softmax")
+    d = normalize_dim(dim, x.ndim, "softmax")
+    xp = x.device.xp
+    if x.ndim == 0:
+        res = xp.ones_like(data)
+    else:
+        e = xp.exp(_shifted(data, d, xp))
+        res = e / e.sum(axis=d, keepdims=True)
+    out = _wrap(res.astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = SoftmaxBackward0()
+        node.dim = d if x.ndim else None
+        record(node, (x,), out, (out,))
+    return out
+
+
+class LogSoftmaxBackward0(Node):
+    __slots__ = ("dim",)
+
+    def backward(self, g: Tensor) -> tuple:
+        from .reduce import sum as _sum
+
+        (out,) = self.saved_tensors()
+        return (sub(g, mul(exp(out), _sum(g, self.dim, keepdim=True))),)
+
+
+@register
+def log_softmax(x: Tensor, dim: int) -> Tensor:
+    """``x - logsumexp(x, dim)``: finite even where ``softmax`` underflows to 0."""
+    data = _float_data(x, "log_softmax")
+    d = normalize_dim(dim, x.ndim, "log_softmax")
+    xp = x.device.xp
+    if x.ndim == 0:
+        res = xp.zeros_like(data)
+    else:
+        s = _shifted(data, d, xp)
+        res = s - xp.log(xp.exp(s).sum(axis=d, keepdims=True))
+    out = _wrap(res.astype(x.dtype, copy=False), x.device)
+    if tls.grad_enabled and x._rg:
+        node = LogSoftmaxBackward0()
+        node.dim = d if x.ndim else None
+        record(node, (x,), out, (out,))
+    return out

@@ -1,0 +1,204 @@
+"""In-place methods on Tensor: add_, sub_, mul_, div_, zero_, fill_, copy_, __setitem__, and
+the augmented operators ``+= -= *= /=`` that map to them.
+
+Note [In-place ops]
+~~~~~~~~~~~~~~~~~~~
+Every in-place op bumps the version counter ``_vc[0]`` by exactly one (views share it), so a
+node that saved the tensor earlier raises "modified by an inplace operation" in backward.
+
+* Under grad mode, a leaf that requires grad refuses in-place ops (torch's rule; do them
+  under ``engine.no_grad()``, as optimizers do).
+* When nothing is recorded (grad mode off, or neither operand requires grad) the op writes
+  straight into the array (a ufunc with ``out=``, or slice assignment).
+* When the op must be recorded, the out-of-place op runs on a *snapshot*: a tensor over a
+  copy of the old array that carries this tensor's grad_fn, so the new node saves values
+  that the write below cannot change. The result is written into the array in place, and
+  this tensor takes over the result's grad_fn.
+* Recorded in-place ops on views, and later use of views made stale by one, raise instead
+  of giving wrong gradients. See Note [Views and in-place] in _core.py.
+
+>>> import engine
+>>> x = engine.tensor([1.0, 2.0])
+>>> x += 1
+>>> x.mul_(2).tolist(), x.version
+([4.0, 6.0], 2)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy
+
+from engine.tensor import Tensor, _wrap
+
+from . import device, elementwise, index
+from ._core import CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
+
+LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
+
+
+def _other(self: Tensor, other: Any, name: str) -> Tensor:
+    other = as_operand(other, self, name)
+    if other.device is not self.device:
+        raise device_error(name, self, other)
+    return other
+
+
+def _check_write(self: Tensor, dtype: Any, shape: tuple, name: str) -> None:
+    """The result must fit into ``self``: same shape, and a dtype castable to ``self.dtype``."""
+    if shape != self.shape:
+        raise RuntimeError(f"{name}: output with shape {list(self.shape)} doesn't match the broadcast shape {list(shape)}")
+    if CATEGORY.get(dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
+        raise RuntimeError(f"{name}: result type {dtype} can't be cast to the desired output type {self.dtype}")
+
+
+def _broadcast(a: tuple, b: tuple, name: str) -> tuple:
+    if a == b:
+        return a
+    try:
+        return numpy.broadcast_shapes(a, b)
+    except ValueError:
+        raise RuntimeError(f"{name}: shapes {list(a)} and {list(b)} cannot be broadcast together") from None
+
+
+def _must_record(self: Tensor, others: tuple, name: str) -> bool:
+    """True when autograd must record this in-place op; raises where torch refuses it."""
+    check_tensor(self, name, "self")
+    if not getattr(self.data.flags, "writeable", True):
+        raise RuntimeError(f"{name}: this tensor is a read-only view (an expand() result, whose elements share "
+                           f"memory); clone() it before writing to it")
+    if not tls.grad_enabled:
+        return False
+    if self.grad_fn is None and self._rg:
+        raise RuntimeError(LEAF_MESSAGE)
+    if not (self._rg or any(o is not None and o._rg for o in others)):
+        return False
+    vc = self._vc
+    if len(vc) > 1 and vc[1]() is not self:
+        raise RuntimeError(
+            f"{name}: an in-place op on a view (or detach() alias) of another tensor cannot be recorded for "
+            f"autograd here: the base tensor's graph would miss the change and its gradients would be wrong. "
+            f"Use the out-of-place form, clone() the view first, or run it under engine.no_grad()."
+        )
+    return True
+
+
+def _snapshot(self: Tensor) -> Tensor:
+    """A tensor over a copy of ``self``'s array that stands for ``self`` in the graph."""
+    snap = _wrap(self.data.copy(), self.device)
+    snap.grad_fn, snap._output_nr, snap._rg = self.grad_fn, self._output_nr, self._rg
+    return snap
+
+
+def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
+    """Write ``result`` into ``self`` and make it ``self``'s history; bump the version once."""
+    _check_write(self, result.dtype, result.shape, name)
+    if result.dtype != self.dtype:
+        result = device.to(result, dtype=self.dtype)
+    self.data[...] = result.data
+    self.grad_fn, self._output_nr, self._rg = result.grad_fn, result._output_nr, result._rg or self._rg
+    _bump(self, recorded=True)
+    return self
+
+
+def _bump(self: Tensor, recorded: bool = False) -> None:
+    vc = self._vc
+    vc[0] += 1
+    if recorded and len(vc) > 1:  # views of self now have an out-of-date graph
+        if len(vc) == 2:
+            vc.append(0)
+        vc[2] += 1
+
+
+def _binary_inplace(name: str, op: Callable, ufunc: str) -> Callable:
+    def method(self: Tensor, other: Any, alpha: Any = None) -> Tensor:
+        other = _other(self, other, name)
+        if alpha is not None:
+            other = elementwise.mul(other, alpha)
+        if _must_record(self, (other,), name):
+            snap = _snapshot(self)
+            return _adopt(self, op(snap, snap if other is self else other), name)
+        rdt = result_dtype(self, other)
+        if ufunc == "true_divide" and rdt.kind not in "fc":
+            rdt = self.device.xp.dtype("float32")
+        shape = _broadcast(self.shape, other.shape, name)
+        _check_write(self, rdt, shape, name)
+        getattr(self.device.xp, ufunc)(self.data, other.data, out=self.data, casting="unsafe")
+        _bump(self)
+        return self
+
+    method.__name__ = name
+    method.__doc__ = (f"In place ``{op.__name__}``: ``self`` becomes ``{op.__name__}(self, other)``"
+                      f"{' (other scaled by alpha)' if name in ('add_', 'sub_') else ''}; returns self. "
+                      "See Note [In-place ops].")
+    return method
+
+
+add_ = _binary_inplace("add_", elementwise.add, "add")
+sub_ = _binary_inplace("sub_", elementwise.sub, "subtract")
+mul_ = _binary_inplace("mul_", elementwise.mul, "multiply")
+div_ = _binary_inplace("div_", elementwise.div, "true_divide")
+
+
+def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
+    """``self[idx] = value`` in place: recorded as :func:`ops.index_put` on a snapshot."""
+    v = as_operand(value, self, name)
+    record = _must_record(self, (v,), name)
+    if v.device is not self.device:  # copy_ and setitem take values from any device
+        v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
+    if record:
+        return _adopt(self, index.index_put(_snapshot(self), idx, v), name)
+    if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
+        raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
+    try:
+        self.data[index.convert_index(idx, self)] = v.data
+    except (IndexError, ValueError) as e:
+        raise type(e)(f"{name}: cannot write a value of shape {list(v.shape)} at index {idx!r:.80} "
+                      f"of a tensor of shape {list(self.shape)} ({e})") from None
+    _bump(self)
+    return self
+
+
+def fill_(self: Tensor, value: Any) -> Tensor:
+    """Set every element to ``value`` (a number or a 0-d tensor); returns self."""
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")
+    return _put(self, Ellipsis, value, "fill_")
+
+
+def zero_(self: Tensor) -> Tensor:
+    """Set every element to 0; returns self."""
+    return _put(self, Ellipsis, 0, "zero_")
+
+
+def copy_(self: Tensor, src: Any) -> Tensor:
+    """Copy ``src`` (broadcast to self's shape, from any device) into self; returns self.
+    Gradients flow to ``src``, back on its own device."""
+    if isinstance(src, Tensor):
+        if _broadcast(self.shape, src.shape, "copy_") != self.shape:
+            raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to {list(self.shape)}")
+    return _put(self, Ellipsis, src, "copy_")
+
+
+def setitem(self: Tensor, idx: Any, value: Any) -> None:
+    """``self[idx] = value``: any getitem index; recorded as index_put when autograd needs it."""
+    _put(self, idx, value, "__setitem__")
+
+
+def _augmented(method: Callable) -> Callable:
+    def op(self: Tensor, other: Any) -> Tensor:
+        return method(self, other)
+
+    op.__name__ = f"__i{method.__name__.rstrip('_')}__"
+    return op
+
+
+_METHODS = {
+    "add_": add_, "sub_": sub_, "mul_": mul_, "div_": div_,
+    "zero_": zero_, "fill_": fill_, "copy_": copy_, "__setitem__": setitem,
+    "__iadd__": _augmented(add_), "__isub__": _augmented(sub_),
+    "__imul__": _augmented(mul_), "__itruediv__": _augmented(div_),
+}
+
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

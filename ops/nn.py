@@ -1,0 +1,216 @@
+"""Neural-network ops: linear, conv2d, dropout, cross_entropy, mse_loss.
+
+These are compositions of differentiable ops (their backward is their parts' backward,
+so double backward comes for free), except the im2col/col2im pair conv2d is built on,
+which are adjoint ops of their own. See Note [Op definitions] in _core.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from engine.tensor import Tensor, _wrap
+
+from ._core import Node, check_tensor, const, device_error, record, register, tls
+from .activation import log_softmax
+from .elementwise import add, div, mul, neg, sub, where
+from .index import gather
+from .linalg import matmul
+from .reduce import mean, sum as _sum
+from .shape import reshape, squeeze, transpose, unsqueeze
+
+
+def _same_device(name: str, *ts: Any) -> None:
+    ts = [t for t in ts if t is not None]
+    for t in ts[1:]:
+        if t.device is not ts[0].device:
+            raise device_error(name, ts[0], t)
+
+
+@register
+def linear(x: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
+    """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
+
+    >>> import engine, ops
+    >>> ops.linear(engine.ones(2, 3), engine.ones(4, 3), engine.zeros(4)).shape
+    (2, 4)
+    """
+    check_tensor(x, "linear")
+    check_tensor(weight, "linear", "weight")
+    _same_device("linear", x, weight, bias)
+    if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
+        raise RuntimeError(f"linear: input of shape {list(x.shape)} and weight of shape {list(weight.shape)} "
+                           f"do not fit: weight must be (out_features, {x.shape[-1] if x.ndim else '?'})")
+    out = matmul(x, transpose(weight, 0, 1) if weight.ndim == 2 else weight)
+    return out if bias is None else add(out, bias)
+
+
+# --- conv2d: im2col + matmul ------------------------------------------------------------
+
+def _pair(v: Any, name: str, what: str) -> tuple:
+    p = (v, v) if isinstance(v, int) else tuple(v)
+    if len(p) != 2 or not all(isinstance(i, int) for i in p):
+        raise TypeError(f"{name}: {what} must be an int or a pair of ints, got {v!r}")
+    return p
+
+
+class Im2ColBackward0(Node):
+    __slots__ = ("geom",)
+
+    def backward(self, g: Tensor) -> tuple:
+        return (_col2im(g, self.geom),)
+
+
+class Col2ImBackward0(Node):
+    __slots__ = ("geom",)
+
+    def backward(self, g: Tensor) -> tuple:
+        return (_im2col(g, self.geom),)
+
+
+def _geometry(shape: tuple, kh: int, kw: int, stride: tuple, padding: tuple) -> tuple:
+    n, c, h, w = shape
+    oh = (h + 2 * padding[0] - kh) // stride[0] + 1
+    ow = (w + 2 * padding[1] - kw) // stride[1] + 1
+    return (n, c, h, w, kh, kw, stride, padding, oh, ow)
+
+
+def _im2col(x: Tensor, geom: tuple) -> Tensor:
+    """``(N, C, H, W)`` -> ``(N, C*kh*kw, OH*OW)`` patch columns (a strided view, then one copy)."""
+    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
+    xp = x.device.xp
+    data = x.data
+    if ph or pw:
+        data = xp.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    s0, s1, s2, s3 = data.strides
+    windows = xp.lib.stride_tricks.as_strided(
+        data, shape=(n, c, kh, kw, oh, ow), strides=(s0, s1, s2, s3, s2 * sh, s3 * sw))
+    out = _wrap(windows.reshape(n, c * kh * kw, oh * ow), x.device)  # reshape copies
+    if tls.grad_enabled and x._rg:
+        node = Im2ColBackward0()
+        node.geom = geom
+        record(node, (x,), out)
+    return out
+
+
+def _col2im(g: Tensor, geom: tuple) -> Tensor:
+    """The adjoint of :func:`_im2col`: patch columns summed back into an image."""
+    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
+    xp = g.device.xp
+    cols = g.data.reshape(n, c, kh, kw, oh, ow)
+    img = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
+    for i in range(kh):  # kh*kw strided adds: each kernel offset covers the image once
+        for j in range(kw):
+            img[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += cols[:, :, i, j]
+    out = _wrap(xp.ascontiguousarray(img[:, :, ph:ph + h, pw:pw + w]), g.device)
+    if tls.grad_enabled and g._rg:
+        node = Col2ImBackward0()
+        node.geom = geom
+        record(node, (g,), out)
+    return out
+
+
+@register
+def conv2d(x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0) -> Tensor:
+    """2-D cross-correlation of ``x`` ``(N, C, H, W)`` (or ``(C, H, W)``) with ``weight``
+    ``(O, C, kh, kw)``, plus ``bias`` ``(O,)``; ``stride``/``padding`` are ints or pairs.
+
+    >>> import engine, ops
+    >>> ops.conv2d(engine.ones(1, 2, 5, 5), engine.ones(3, 2, 3, 3), padding=1).shape
+    (1, 3, 5, 5)
+    """
+    check_tensor(x, "conv2d")
+    check_tensor(weight, "conv2d", "weight")
+    _same_device("conv2d", x, weight, bias)
+    st, pd = _pair(stride, "conv2d", "stride"), _pair(padding, "conv2d", "padding")
+    if st[0] < 1 or st[1] < 1 or pd[0] < 0 or pd[1] < 0:
+        raise RuntimeError(f"conv2d: stride must be positive and padding non-negative, got stride={st}, padding={pd}")
+    if x.ndim == 3:
+        return squeeze(conv2d(unsqueeze(x, 0), weight, bias, st, pd), 0)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
+        raise RuntimeError(f"conv2d: expected input (N, C, H, W) and weight (O, C, kh, kw) with equal C, "
+                           f"got input {list(x.shape)} and weight {list(weight.shape)}")
+    o, c, kh, kw = weight.shape
+    geom = _geometry(x.shape, kh, kw, st, pd)
+    if geom[-2] < 1 or geom[-1] < 1:
+        raise RuntimeError(f"conv2d: kernel {kh}x{kw} is larger than the padded input "
+                           f"{x.shape[2] + 2 * pd[0]}x{x.shape[3] + 2 * pd[1]}")
+    cols = _im2col(x, geom)                                   # (N, C*kh*kw, L)
+    out = matmul(reshape(weight, (o, c * kh * kw)), cols)     # (N, O, L)
+    out = reshape(out, (x.shape[0], o, geom[-2], geom[-1]))
+    if bias is not None:
+        out = add(out, reshape(bias, (1, o, 1, 1)))
+    return out
+
+
+@register
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; the
+    identity when not ``training``. The mask comes from the generator ``engine.manual_seed`` seeds."""
+    check_tensor(x, "dropout")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return x
+    from engine.creation import random_array
+
+    keep = random_array("uniform", x.shape, "float64") >= p
+    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+    mask = x.device.asarray((keep * scale).astype(x.dtype))
+    return mul(x, const(mask, x))
+
+
+# --- losses -----------------------------------------------------------------------------
+
+def _reduce(loss: Tensor, reduction: str, name: str) -> Tensor:
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "sum":
+        return _sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+@register
+def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
+    """Cross entropy of ``logits`` ``(N, C)`` (or ``(C,)``, or ``(N, C, d1, ...)``) against
+    integer class indices ``target`` ``(N,)`` (``()``, ``(N, d1, ...)``), via log_softmax so
+    huge logits stay finite. ``mean`` averages over the targets not equal to ``ignore_index``.
+
+    >>> import engine, ops
+    >>> loss = ops.cross_entropy(engine.tensor([[1e4, 0.0], [0.0, 1e4]]), engine.tensor([0, 0]))
+    >>> loss.item()
+    5000.0
+    """
+    check_tensor(logits, "cross_entropy", "logits")
+    check_tensor(target, "cross_entropy", "target")
+    _same_device("cross_entropy", logits, target)
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
+    cdim = 1 if logits.ndim >= 2 else 0
+    if logits.ndim == 0 or target.shape != logits.shape[:cdim] + logits.shape[cdim + 1:]:
+        raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} need a target of shape "
+                         f"{list(logits.shape[:cdim] + logits.shape[cdim + 1:])}, got {list(target.shape)}")
+    xp = target.device.xp
+    valid = target.data != ignore_index
+    n_classes = logits.shape[cdim]
+    if bool(xp.any(valid & ((target.data < 0) | (target.data >= n_classes)))):
+        raise IndexError(f"cross_entropy: target holds class indices outside [0, {n_classes - 1}]")
+    idx = _wrap(xp.where(valid, target.data, 0)[..., None] if cdim == 0 else
+                xp.expand_dims(xp.where(valid, target.data, 0), cdim), target.device)
+    picked = squeeze(gather(log_softmax(logits, cdim), cdim, idx), cdim)
+    loss = neg(picked)
+    if bool(xp.all(valid)):
+        return _reduce(loss, reduction, "cross_entropy")
+    loss = where(const(valid, target), loss, const(xp.zeros((), dtype=loss.dtype), loss))
+    if reduction == "mean":
+        return div(_sum(loss), float(valid.sum()))
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+@register
+def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002 - torch's name
+    """``mean((input - target) ** 2)`` (or ``sum`` / ``none``), broadcasting like torch."""
+    check_tensor(input, "mse_loss")
+    d = sub(input, target)
+    return _reduce(mul(d, d), reduction, "mse_loss")

@@ -1,0 +1,328 @@
+"""Sample inputs for every op in ``ops.REGISTRY``: the one table the op tests run over.
+
+``SAMPLES[name]()`` returns a list of :class:`Sample`. Each holds float64 leaf tensors (those
+that require grad are checked with gradcheck/gradgradcheck), how to call the op on them,
+and optionally a numpy reference. A new op without an entry here fails test_registry.py.
+Values are kept away from kinks (|x| >= 0.2 where abs/relu/max/clamp care) so that finite
+differences are meaningful.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+import engine
+
+_rng = np.random.default_rng(1234)
+
+
+def t(*shape: int, lo: float = 0.2, hi: float = 2.0, positive: bool = False, grad: bool = True) -> engine.Tensor:
+    """A float64 leaf with entries of magnitude in [lo, hi] (random signs unless positive)."""
+    mag = _rng.uniform(lo, hi, size=shape)
+    sign = 1.0 if positive else _rng.choice([-1.0, 1.0], size=shape)
+    return engine.tensor(np.asarray(mag * sign, dtype=np.float64), requires_grad=grad)
+
+
+def distinct(*shape: int, grad: bool = True) -> engine.Tensor:
+    """A float64 leaf with well-separated distinct entries (max/min/sort-like ops)."""
+    n = int(np.prod(shape)) if shape else 1
+    vals = _rng.permutation(n).astype(np.float64) * 0.5 - n * 0.25 + 0.1
+    return engine.tensor(vals.reshape(shape), requires_grad=grad)
+
+
+def ints(*shape: int, high: int) -> engine.Tensor:
+    return engine.tensor(_rng.integers(0, high, size=shape), dtype=engine.int64)
+
+
+class Sample:
+    """``tensors``: the op's tensor inputs (positional, in order, unless ``call`` says otherwise).
+    ``args``/``kwargs``: extra arguments after them. ``call(op, *tensors)``: a custom call.
+    ``ref(*arrays)``: numpy reference of the (first) output. ``seed``: reseed before each
+    call (random ops). ``grad``: whether gradcheck applies."""
+
+    def __init__(self, *tensors: engine.Tensor, args: tuple = (), kwargs: dict | None = None,
+                 call: Callable | None = None, ref: Callable | None = None, seed: int | None = None,
+                 grad: bool = True, desc: str = "") -> None:
+        self.tensors = tensors
+        self.args = args
+        self.kwargs = kwargs or {}
+        self.call = call
+        self.ref = ref
+        self.seed = seed
+        self.grad = grad
+        self.desc = desc or ", ".join(str(list(x.shape)) for x in tensors)
+
+    def run(self, op: Callable, *tensors: engine.Tensor) -> Any:
+        if self.seed is not None:
+            engine.manual_seed(self.seed)
+        if self.call is not None:
+            return self.call(op, *tensors)
+        return op(*tensors, *self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return self.desc
+
+
+def _binary(ref: Callable, positive_b: bool = False) -> Callable[[], list]:
+    def make() -> list:
+        return [
+            Sample(t(2, 3), t(2, 3, positive=positive_b), ref=ref),
+            Sample(t(2, 3), t(3, positive=positive_b), ref=ref, desc="broadcast [2,3] [3]"),
+            Sample(t(2, 1), t(1, 3, positive=positive_b), ref=ref, desc="broadcast [2,1] [1,3]"),
+            Sample(t(), t(2, 2, positive=positive_b), ref=ref, desc="0-d with [2,2]"),
+            Sample(t(2, 3), args=(1.5,), ref=lambda a: ref(a, 1.5), desc="tensor and number"),
+        ]
+    return make
+
+
+def _unary(ref: Callable, **kw: Any) -> Callable[[], list]:
+    def make() -> list:
+        return [Sample(t(3, **kw), ref=ref), Sample(t(2, 3, **kw), ref=ref), Sample(t(**kw), ref=ref, desc="0-d")]
+    return make
+
+
+def _np_erf(a: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf)(a)
+
+
+def _np_logsumexp(a: np.ndarray, axis: Any, keepdims: bool = False) -> np.ndarray:
+    m = a.max(axis=axis, keepdims=True)
+    r = np.log(np.exp(a - m).sum(axis=axis, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axis)
+
+
+def _np_softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(a - a.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _np_conv2d(x: np.ndarray, w: np.ndarray, b: Any = None, stride: int = 1, padding: int = 0) -> np.ndarray:
+    """The naive loop conv2d is checked against."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - kh) // stride + 1
+    ow = (wd + 2 * padding - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            out[:, :, i, j] = np.einsum("nckl,ockl->no", patch, w)
+    if b is not None:
+        out += b.reshape(1, o, 1, 1)
+    return out
+
+
+def _np_cross_entropy(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
+    lp = logits - _np_logsumexp(logits, axis=1, keepdims=True)
+    return -lp[np.arange(len(target)), target].mean()
+
+
+def _max_samples(name: str) -> Callable[[], list]:
+    fn = getattr(np, name)
+    arg = getattr(np, "arg" + name)
+
+    def make() -> list:
+        return [
+            Sample(distinct(3, 4), ref=fn, desc="full reduction"),
+            Sample(distinct(3, 4), kwargs={"dim": 1}, ref=lambda a: fn(a, axis=1), desc="dim=1"),
+            Sample(distinct(2, 3, 2), kwargs={"dim": -2, "keepdim": True},
+                   ref=lambda a: fn(a, axis=-2, keepdims=True), desc="dim=-2 keepdim"),
+            Sample(distinct(), ref=fn, desc="0-d"),
+            Sample(distinct(3), kwargs={"dim": 0}, call=lambda op, x: op(x, dim=0).indices, grad=False,
+                   ref=lambda a: arg(a, axis=0), desc="indices"),
+        ]
+    return make
+
+
+SAMPLES: dict[str, Callable[[], list]] = {
+    # elementwise
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "div": _binary(np.divide, positive_b=True),
+    "pow": lambda: [
+        Sample(t(2, 3, positive=True), t(2, 3), ref=np.power),
+        Sample(t(2, 3, positive=True), t(3), ref=np.power, desc="broadcast"),
+        Sample(t(2, 3), args=(3,), ref=lambda a: a ** 3, desc="int exponent"),
+        Sample(t(3, positive=True), args=(0.5,), ref=lambda a: a ** 0.5, desc="float exponent"),
+        Sample(t(3), call=lambda op, b: op(2.0, b), ref=lambda b: 2.0 ** b, desc="number base"),
+    ],
+    "maximum": _binary(np.maximum),
+    "minimum": _binary(np.minimum),
+    "neg": _unary(np.negative),
+    "exp": _unary(np.exp),
+    "log": _unary(np.log, positive=True),
+    "sqrt": _unary(np.sqrt, positive=True),
+    "abs": _unary(np.abs),
+    "sin": _unary(np.sin),
+    "cos": _unary(np.cos),
+    "tanh": _unary(np.tanh),
+    "erf": _unary(_np_erf, lo=0.0, hi=3.0),
+    "where": lambda: [
+        Sample(t(2, 3), t(2, 3), call=lambda op, a, b: op(a > 0, a, b),
+               ref=lambda a, b: np.where(a > 0, a, b), desc="condition from a"),
+        Sample(t(2, 3), t(3), call=lambda op, a, b: op(b > 0, a, b),
+               ref=lambda a, b: np.where(b > 0, a, b), desc="broadcast"),
+        Sample(t(2, 3), call=lambda op, a: op(a < 0, a, 0.0), ref=lambda a: np.where(a < 0, a, 0.0), desc="number other"),
+    ],
+    "clamp": lambda: [
+        Sample(t(2, 3), kwargs={"min": -0.5, "max": 0.5}, ref=lambda a: np.clip(a, -0.5, 0.5)),
+        Sample(t(3), kwargs={"min": 0.1}, ref=lambda a: np.maximum(a, 0.1), desc="min only"),
+        Sample(t(3), kwargs={"max": 0.1}, ref=lambda a: np.minimum(a, 0.1), desc="max only"),
+        Sample(t(2, 3), t(3, lo=0.05, hi=0.1), t(3, lo=1.0, hi=1.5, positive=True),
+               call=lambda op, x, lo, hi: op(x, min=lo, max=hi),
+               ref=lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), desc="tensor bounds"),
+    ],
+    # activations
+    "sigmoid": _unary(lambda a: 1 / (1 + np.exp(-a))),
+    "relu": _unary(lambda a: np.maximum(a, 0)),
+    "gelu": lambda: [
+        Sample(t(2, 3), ref=lambda a: 0.5 * a * (1 + _np_erf(a / math.sqrt(2)))),
+        Sample(t(3), kwargs={"approximate": "tanh"},
+               ref=lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3))), desc="tanh"),
+        Sample(t(), desc="0-d"),
+    ],
+    "softplus": lambda: [
+        Sample(t(2, 3), ref=lambda a: np.log1p(np.exp(a))),
+        Sample(t(3), kwargs={"beta": 2.0, "threshold": 1.0},
+               ref=lambda a: np.where(2 * a > 1.0, a, np.log1p(np.exp(2 * a)) / 2), desc="beta, threshold"),
+    ],
+    "softmax": lambda: [
+        Sample(t(2, 3), args=(1,), ref=lambda a: _np_softmax(a, 1)),
+        Sample(t(2, 3), args=(0,), ref=lambda a: _np_softmax(a, 0), desc="dim 0"),
+        Sample(t(2, 2, 3), args=(-1,), ref=lambda a: _np_softmax(a, -1), desc="dim -1"),
+        Sample(t(), args=(0,), ref=lambda a: np.ones(()), desc="0-d"),
+    ],
+    "log_softmax": lambda: [
+        Sample(t(2, 3), args=(1,), ref=lambda a: np.log(_np_softmax(a, 1))),
+        Sample(t(2, 2, 3), args=(0,), ref=lambda a: np.log(_np_softmax(a, 0)), desc="dim 0"),
+    ],
+    # reductions
+    "sum": lambda: [
+        Sample(t(2, 3), ref=np.sum, desc="all"),
+        Sample(t(2, 3), kwargs={"dim": 1}, ref=lambda a: a.sum(1), desc="dim 1"),
+        Sample(t(2, 3, 2), kwargs={"dim": (0, -1), "keepdim": True}, ref=lambda a: a.sum((0, 2), keepdims=True),
+               desc="dims keepdim"),
+        Sample(t(), ref=np.sum, desc="0-d"),
+    ],
+    "mean": lambda: [
+        Sample(t(2, 3), ref=np.mean, desc="all"),
+        Sample(t(2, 3), kwargs={"dim": -1, "keepdim": True}, ref=lambda a: a.mean(-1, keepdims=True), desc="dim keepdim"),
+        Sample(t(), ref=np.mean, desc="0-d"),
+    ],
+    "max": _max_samples("max"),
+    "min": _max_samples("min"),
+    "logsumexp": lambda: [
+        Sample(t(2, 3), args=(1,), ref=lambda a: _np_logsumexp(a, 1)),
+        Sample(t(2, 3), args=((0, 1),), kwargs={"keepdim": True}, ref=lambda a: _np_logsumexp(a, (0, 1), True),
+               desc="all dims keepdim"),
+        Sample(t(3), args=(0,), ref=lambda a: _np_logsumexp(a, 0), desc="1-d"),
+    ],
+    # linalg
+    "matmul": lambda: [
+        Sample(t(2, 3), t(3, 2), ref=np.matmul),
+        Sample(t(3), t(3, 2), ref=np.matmul, desc="vector @ matrix"),
+        Sample(t(2, 3), t(3), ref=np.matmul, desc="matrix @ vector"),
+        Sample(t(3), t(3), ref=np.matmul, desc="dot"),
+        Sample(t(2, 2, 3), t(3, 2), ref=np.matmul, desc="batched broadcast"),
+    ],
+    # shape
+    "reshape": lambda: [
+        Sample(t(2, 3), args=((3, 2),), ref=lambda a: a.reshape(3, 2)),
+        Sample(t(2, 3), args=((-1,),), ref=lambda a: a.reshape(-1), desc="-1"),
+        Sample(t(), args=((1, 1),), ref=lambda a: a.reshape(1, 1), desc="0-d"),
+    ],
+    "transpose": lambda: [
+        Sample(t(2, 3), args=(0, 1), ref=lambda a: a.T),
+        Sample(t(2, 3, 2), args=(-1, 0), ref=lambda a: np.swapaxes(a, -1, 0), desc="negative"),
+    ],
+    "permute": lambda: [Sample(t(2, 3, 2), args=((2, 0, 1),), ref=lambda a: a.transpose(2, 0, 1))],
+    "expand": lambda: [
+        Sample(t(3, 1), args=((2, 3, 4),), ref=lambda a: np.broadcast_to(a, (2, 3, 4))),
+        Sample(t(), args=((3,),), ref=lambda a: np.broadcast_to(a, (3,)), desc="0-d"),
+        Sample(t(1, 2), args=((-1, 2),), ref=lambda a: a, desc="-1 and no-op"),
+    ],
+    "squeeze": lambda: [
+        Sample(t(2, 1, 3, 1), ref=np.squeeze, desc="all"),
+        Sample(t(2, 1, 3), args=(1,), ref=lambda a: a.squeeze(1), desc="dim"),
+        Sample(t(2, 3), args=(0,), ref=lambda a: a, desc="dim not 1"),
+    ],
+    "unsqueeze": lambda: [
+        Sample(t(2, 3), args=(1,), ref=lambda a: a[:, None]),
+        Sample(t(2, 3), args=(-1,), ref=lambda a: a[..., None], desc="-1"),
+        Sample(t(), args=(0,), ref=lambda a: a.reshape(1), desc="0-d"),
+    ],
+    "cat": lambda: [
+        Sample(t(2, 3), t(1, 3), call=lambda op, a, b: op([a, b]), ref=lambda a, b: np.concatenate([a, b])),
+        Sample(t(2, 1), t(2, 2), t(2, 3), call=lambda op, *ts: op(list(ts), dim=-1),
+               ref=lambda *a: np.concatenate(a, axis=-1), desc="three, dim -1"),
+    ],
+    "stack": lambda: [
+        Sample(t(2, 3), t(2, 3), call=lambda op, a, b: op([a, b]), ref=lambda a, b: np.stack([a, b])),
+        Sample(t(3), t(3), t(3), call=lambda op, *ts: op(ts, dim=1), ref=lambda *a: np.stack(a, axis=1), desc="dim 1"),
+        Sample(t(), t(), call=lambda op, a, b: op([a, b]), ref=lambda a, b: np.stack([a, b]), desc="0-d"),
+    ],
+    "split": lambda: [
+        Sample(t(5, 2), args=(2,), ref=lambda a: a[:2], desc="size 2 (last smaller)"),
+        Sample(t(2, 6), args=([1, 2, 3],), kwargs={"dim": 1}, ref=lambda a: a[:, :1], desc="sections dim 1"),
+        Sample(t(4, 2), call=lambda op, x: op(x, 2)[1], ref=lambda a: a[2:], desc="only the second piece"),
+    ],
+    # indexing
+    "getitem": lambda: [
+        Sample(t(3, 4), args=((1, slice(None, None, 2)),), ref=lambda a: a[1, ::2], desc="int and step slice"),
+        Sample(t(3, 4), args=((None, Ellipsis, -1),), ref=lambda a: a[None, ..., -1], desc="None, Ellipsis"),
+        Sample(t(4), args=([0, 2, 2, 3],), ref=lambda a: a[[0, 2, 2, 3]], desc="repeated int list"),
+        Sample(t(3, 4), call=lambda op, x: op(x, x > 0), ref=lambda a: a[a > 0], desc="bool mask"),
+        Sample(t(3, 4), args=((engine.tensor([0, 2, 0]), slice(1, 3)),), ref=lambda a: a[[0, 2, 0], 1:3],
+               desc="int tensor and slice"),
+        Sample(t(), args=((),), ref=lambda a: a[()], desc="0-d"),
+    ],
+    "index_put": lambda: [
+        Sample(t(3, 4), t(4), args=(), call=lambda op, x, v: op(x, 1, v), desc="row"),
+        Sample(t(4), t(3), call=lambda op, x, v: op(x, [0, 2, 0], v, accumulate=True), desc="accumulate repeats"),
+        Sample(t(3, 4), t(), call=lambda op, x, v: op(x, (slice(None), [1, 3]), v), desc="broadcast value"),
+    ],
+    "gather": lambda: [
+        Sample(t(3, 4), args=(1, engine.tensor([[0, 0], [3, 1], [2, 2]])),
+               ref=lambda a: np.take_along_axis(a, np.array([[0, 0], [3, 1], [2, 2]]), 1)),
+        Sample(t(3, 2), args=(0, engine.tensor([[2, 0]])), ref=lambda a: np.take_along_axis(a, np.array([[2, 0]]), 0), desc="dim 0"),
+    ],
+    # devices and copies
+    "to": lambda: [
+        Sample(t(2, 3), args=("virtual:1",), ref=lambda a: a, desc="to virtual:1"),
+        Sample(t(3), args=("cpu",), ref=lambda a: a, desc="no-op"),
+    ],
+    "clone": lambda: [Sample(t(2, 3), ref=lambda a: a.copy()), Sample(t(), ref=lambda a: a.copy(), desc="0-d")],
+    # nn
+    "linear": lambda: [
+        Sample(t(2, 3), t(4, 3), t(4), ref=lambda x, w, b: x @ w.T + b),
+        Sample(t(3), t(2, 3), ref=lambda x, w: w @ x, desc="1-d input, no bias"),
+        Sample(t(2, 2, 3), t(2, 3), t(2), ref=lambda x, w, b: x @ w.T + b, desc="batched"),
+    ],
+    "conv2d": lambda: [
+        Sample(t(1, 2, 4, 4), t(3, 2, 3, 3), t(3), ref=_np_conv2d),
+        Sample(t(2, 1, 5, 5), t(2, 1, 3, 3), kwargs={"stride": 2, "padding": 1},
+               ref=lambda x, w: _np_conv2d(x, w, stride=2, padding=1), desc="stride 2 padding 1"),
+        Sample(t(1, 3, 3), t(1, 1, 2, 2), ref=lambda x, w: _np_conv2d(x[:, None], w)[:, 0], desc="unbatched"),
+    ],
+    "dropout": lambda: [
+        Sample(t(4, 5), args=(0.5,), seed=7, desc="p=0.5 seeded"),
+        Sample(t(3), kwargs={"p": 0.3, "training": False}, ref=lambda a: a, desc="eval"),
+        Sample(t(3), args=(0.0,), ref=lambda a: a, desc="p=0"),
+    ],
+    "cross_entropy": lambda: [
+        Sample(t(3, 4), ints(3, high=4), ref=_np_cross_entropy),
+        Sample(t(4), engine.tensor(2), ref=lambda x, y: -(x - _np_logsumexp(x, 0))[2], desc="unbatched"),
+        Sample(t(2, 3, 2), ints(2, 2, high=3), desc="spatial"),
+        Sample(t(3, 4), engine.tensor([1, -100, 3]), desc="ignore_index"),
+        Sample(t(3, 4), ints(3, high=4), kwargs={"reduction": "none"}, desc="reduction none"),
+    ],
+    "mse_loss": lambda: [
+        Sample(t(2, 3), t(2, 3), ref=lambda a, b: ((a - b) ** 2).mean()),
+        Sample(t(2, 3), t(2, 3, grad=False), kwargs={"reduction": "sum"}, ref=lambda a, b: ((a - b) ** 2).sum(),
+               desc="sum, constant target"),
+    ],
+}

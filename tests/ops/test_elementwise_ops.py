@@ -1,0 +1,129 @@
+"""Elementwise ops and the rules every op follows: broadcasting, dtypes, devices, node names,
+Tensor operators and methods."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+import ops
+
+
+def test_broadcast_gradients_are_summed_back() -> None:
+    a = engine.ones(2, 1, 3, requires_grad=True)
+    b = engine.ones(4, 1, requires_grad=True)
+    (a * b).sum().backward()
+    assert a.grad.shape == (2, 1, 3) and a.grad.tolist() == [[[4.0] * 3]] * 2
+    assert b.grad.shape == (4, 1) and b.grad.tolist() == [[6.0]] * 4
+
+
+@pytest.mark.parametrize("op", [ops.add, ops.sub, ops.mul, ops.div, ops.pow, ops.maximum, ops.minimum])
+def test_float32_with_python_numbers_stays_float32(op) -> None:
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    assert op(x, 2.5).dtype == np.float32
+    assert op(2.5, x).dtype == np.float32
+    assert op(x, 2).dtype == np.float32
+
+
+def test_torch_promotion_rules() -> None:
+    f32 = engine.ones(2)
+    f64_0d = engine.tensor(2.0, dtype=engine.float64)
+    i64 = engine.tensor([1, 2])
+    assert (f32 + f64_0d).dtype == np.float32            # dimensioned wins within a category
+    assert (f32 + engine.ones(2, dtype=engine.float64)).dtype == np.float64
+    assert (i64 + f32).dtype == np.float32               # numpy would give float64
+    assert (i64 * 2).dtype == np.int64
+    assert (i64 / 2).dtype == np.float32 and (i64 + 0.5).dtype == np.float32
+    assert ops.exp(i64).dtype == np.float32
+
+
+def test_gradient_dtype_follows_each_input() -> None:
+    a = engine.ones(2, requires_grad=True)
+    b = engine.ones(2, dtype=engine.float64, requires_grad=True)
+    (a * b).sum().backward()
+    assert a.grad.dtype == np.float32 and b.grad.dtype == np.float64
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "matmul"])
+def test_different_devices_raise_naming_both(name: str) -> None:
+    a = engine.ones(2, 2)
+    b = engine.ones(2, 2, device="virtual:1")
+    with pytest.raises(RuntimeError, match=r"cpu.*virtual:1|virtual:1.*cpu"):
+        ops.REGISTRY[name](a, b)
+
+
+def test_comparisons_are_bool_without_grad() -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    for r in (x < 2, x <= 2, x > 2, x >= 2, x == 2, x != 2):
+        assert r.dtype == np.bool_ and not r.requires_grad and r.grad_fn is None
+    assert (x > 1.5).tolist() == [False, True, True]
+
+
+def test_node_names_are_pytorch_style() -> None:
+    x = engine.ones(2, 2, requires_grad=True)
+    names = {
+        "AddBackward0": x + 1, "MulBackward0": x * 2, "DivBackward0": x / 2, "NegBackward0": -x,
+        "SigmoidBackward0": x.sigmoid(), "MaximumBackward0": ops.maximum(x, 0.5),
+        "MinimumBackward0": ops.minimum(x, 0.5), "CatBackward0": ops.cat([x, x]),
+        "SqrtBackward0": x.sqrt(), "AbsBackward0": abs(x), "ClampBackward1": x.clamp(0, 1),
+        "WhereBackward0": ops.where(x > 0, x, 0.0), "GeluBackward0": ops.gelu(x),
+        "SoftmaxBackward0": x.softmax(1), "LogSoftmaxBackward0": x.log_softmax(1),
+        "LogsumexpBackward0": ops.logsumexp(x, 1), "MmBackward0": x @ x, "PowBackward0": x ** 2,
+        "PowBackward1": x ** x, "ExpBackward0": x.exp(), "TanhBackward0": x.tanh(),
+    }
+    for name, t in names.items():
+        assert t.grad_fn.name() == name
+
+
+def test_tensor_methods_from_the_api() -> None:
+    x = engine.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+    for m in ["exp", "sigmoid", "relu", "tanh", "sin", "cos", "abs"]:
+        assert np.allclose(getattr(x, m)().tolist(), getattr(ops, m)(x).tolist())
+    assert x.abs().log().shape == (2, 2) and x.abs().sqrt().shape == (2, 2)
+    assert x.pow(2).tolist() == (x ** 2).tolist()
+    assert x.clamp(min=0).tolist() == [[0.5, 0.0], [2.0, 0.25]]
+    assert x.clamp(max=0.5).tolist() == [[0.5, -1.0], [0.5, 0.25]]
+    assert x.matmul(x).shape == (2, 2) and (2 * x @ x).shape == (2, 2)
+    assert abs(x).tolist() == [[0.5, 1.0], [2.0, 0.25]]
+    assert x.max().item() == 2.0 and x.min(dim=0).values.tolist() == [0.5, -1.0]
+    assert (1 - x).tolist() == [[0.5, 2.0], [-1.0, 0.75]] and (1 / x).shape == (2, 2) and (2 ** x).shape == (2, 2)
+
+
+def test_maximum_ties_split_the_gradient() -> None:
+    a = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    b = engine.tensor([1.0, 5.0, 0.0], requires_grad=True)
+    ops.maximum(a, b).sum().backward()
+    assert a.grad.tolist() == [0.5, 0.0, 1.0] and b.grad.tolist() == [0.5, 1.0, 0.0]
+
+
+def test_clamp_gradient_at_bounds_goes_to_input() -> None:
+    x = engine.tensor([-1.0, 0.0, 0.5, 1.0, 2.0], requires_grad=True)
+    x.clamp(0.0, 1.0).sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+
+
+def test_relu_and_abs_at_zero_have_zero_gradient() -> None:
+    x = engine.tensor([0.0, 1.0], requires_grad=True)
+    (ops.relu(x) + ops.abs(x)).sum().backward()
+    assert x.grad.tolist() == [0.0, 2.0]
+
+
+def test_sigmoid_and_softplus_are_stable() -> None:
+    x = engine.tensor([-1000.0, 0.0, 1000.0])
+    assert ops.sigmoid(x).tolist() == [0.0, 0.5, 1.0]
+    assert np.allclose(ops.softplus(x).tolist(), [0.0, np.log(2.0), 1000.0])
+
+
+def test_gelu_exact_and_tanh() -> None:
+    x = engine.tensor([-2.0, 0.0, 1.0], dtype=engine.float64)
+    exact = ops.gelu(x).numpy()
+    approx = ops.gelu(x, approximate="tanh").numpy()
+    assert np.allclose(exact, [-0.04550026389635842, 0.0, 0.8413447460685429], atol=1e-12)
+    assert np.allclose(approx, exact, atol=1e-3)
+    with pytest.raises(ValueError):
+        ops.gelu(x, approximate="fast")
+
+
+def test_where_requires_bool_condition() -> None:
+    with pytest.raises(TypeError, match="bool"):
+        ops.where(engine.ones(2), engine.ones(2), engine.zeros(2))

@@ -1,0 +1,69 @@
+"""getitem, index_put, gather: repeated indices, masks, views."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine
+import ops
+
+
+def test_repeated_integer_indices_accumulate() -> None:
+    x = engine.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x[[0, 2, 2, 2, 0]].sum().backward()
+    assert x.grad.tolist() == [2.0, 0.0, 3.0, 0.0]
+
+
+def test_repeated_index_tensor_2d_accumulates() -> None:
+    x = engine.ones(3, 2, requires_grad=True)
+    idx = engine.tensor([1, 1, 0])
+    (x[idx] * engine.tensor([[1.0, 2.0]])).sum().backward()
+    assert x.grad.tolist() == [[1.0, 2.0], [2.0, 4.0], [0.0, 0.0]]
+
+
+def test_boolean_mask_and_mixed_index() -> None:
+    x = engine.tensor([[1.0, -2.0], [-3.0, 4.0]], requires_grad=True)
+    y = x[x > 0]
+    assert y.tolist() == [1.0, 4.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    z = engine.arange(24, dtype=engine.float32).reshape(2, 3, 4)
+    assert z[:, [0, 2], 1:3].tolist() == z.numpy()[:, [0, 2], 1:3].tolist()
+    assert z[None, ..., -1].shape == (1, 2, 3)
+
+
+def test_basic_index_is_a_view_sharing_the_version() -> None:
+    x = engine.zeros(3, 4)
+    row = x[1]
+    assert np.shares_memory(row.data, x.data)
+    row.add_(1.0)
+    assert x.version == row.version == 1
+    assert x.sum().item() == 4.0
+    fancy = x[[0, 1]]
+    assert not np.shares_memory(fancy.data, x.data)
+
+
+def test_out_of_range_index_names_the_shape() -> None:
+    with pytest.raises(IndexError, match=r"\[2, 3\]"):
+        engine.zeros(2, 3)[5]
+
+
+def test_index_put_gradients() -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    v = engine.tensor([10.0, 20.0], requires_grad=True)
+    out = ops.index_put(x, [0, 2], v)
+    assert out.tolist() == [10.0, 2.0, 20.0]
+    (out * engine.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert x.grad.tolist() == [0.0, 2.0, 0.0]
+    assert v.grad.tolist() == [1.0, 3.0]
+    assert out.grad_fn.name() == "IndexPutBackward0"
+
+
+def test_gather_matches_take_along_axis_and_accumulates() -> None:
+    x = engine.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    idx = engine.tensor([[2, 2], [0, 1]])
+    out = ops.gather(x, 1, idx)
+    assert out.tolist() == [[3.0, 3.0], [4.0, 5.0]]
+    out.sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0, 2.0], [1.0, 1.0, 0.0]]
+    assert out.grad_fn.name() == "GatherBackward0"
