@@ -59,6 +59,8 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
     """
     if isinstance(x, Tensor):
         return x
+    if type(x) is float and like.data.dtype.kind == "f":
+        return _wrap(like.device.xp.asarray(x, dtype=like.data.dtype), like.device)  # the usual case, fast
     if isinstance(x, (bool, Number)) and not isinstance(x, numpy.ndarray):
         if like.dtype.kind in "fc" or isinstance(x, (bool, int, numpy.integer)):
             dt = like.dtype
@@ -130,6 +132,9 @@ def sum_to(g: Tensor, shape: tuple) -> Tensor:
 
 def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
     """The gradient for an input of ``shape``/``dtype``: broadcast dims summed away, dtype cast back."""
+    d = g.data
+    if d.shape == shape and d.dtype == dtype:
+        return g
     g = sum_to(g, shape)
     if g.dtype != dtype:
         from .device import to
