@@ -142,7 +142,10 @@ class ReadyQueue:
                         self._cv.wait()
                 finally:
                     self._waiters -= 1
-            return heapq.heappop(heap)
+            entry = heapq.heappop(heap)
+            if entry[3] is _SHUTDOWN:
+                self.closed = True  # under the lock: no push can slip in after the last pop
+            return entry
 
     def purge(self, gt: Any) -> int:
         """Drop every task of ``gt``; return how many were dropped."""
@@ -166,7 +169,7 @@ class GraphTask:
         "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut",
         "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
         "owner_queue", "error", "done", "final_callbacks", "future", "lock",
-        "uses_streams", "caller_streams", "leaf_streams", "__weakref__",
+        "uses_streams", "caller_streams", "leaf_streams", "hooks_ran", "__weakref__",
     )
 
     def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
@@ -195,6 +198,9 @@ class GraphTask:
         self.uses_streams = devices.streams_in_use
         self.caller_streams = _current_streams() if self.uses_streams else None
         self.leaf_streams: list = []
+        # Set once any hook has seen a gradient of this task: a hook may have kept it, so
+        # leaves must copy rather than adopt incoming gradients (see accumulate_into).
+        self.hooks_ran = False
 
 
 def _current_streams() -> dict:
@@ -437,7 +443,6 @@ class Engine:
                 _, _, gt, node, inputs = q.pop()
                 if gt is None:
                     if node is _SHUTDOWN:
-                        q.closed = True
                         return
                     continue  # a wake-up: re-check wait_for.done
                 while True:
@@ -499,6 +504,7 @@ class Engine:
     def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         hooks = fn._hooks
         if hooks is not None:
+            gt.hooks_ran = True
             if tensor_hooks:
                 inputs = hooks.run_tensor_pre(fn, inputs)
             inputs = hooks.run_pre(fn, inputs)
@@ -530,6 +536,7 @@ class Engine:
             return self._call_function(gt, fn, inputs, True) if needed else None
         hooks = fn._hooks
         if hooks is not None:
+            gt.hooks_ran = True
             inputs = hooks.run_tensor_pre(fn, inputs)
         for slot, idx in caps:
             gt.captured[idx] = inputs[slot]

@@ -356,8 +356,10 @@ class AccumulateGrad(Node):
         g = grads[0]
         if g is not None:
             var = self.variable
+            gt = tls.current_task
+            copy = gt is not None and gt.hooks_ran  # a hook may have kept g: never adopt it
             with self._lock:
-                accumulate_into(var, g)
+                accumulate_into(var, g, copy)
             ext = var._ext
             if ext is not None and ext.post_acc:
                 for fn in list(ext.post_acc.values()):

@@ -1,0 +1,78 @@
+"""Shared fixtures for the whole suite.
+
+Layout: tests/ mirrors the package tree (tests/engine, tests/ops, tests/devices) and has no
+``__init__.py`` files, so every test module needs a basename unique across the suite.
+Tests that start threads carry ``@pytest.mark.timeout(60)`` so a deadlock fails instead of
+hanging the run.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import devices
+import engine
+
+
+@pytest.fixture(scope="session")
+def cupy_importable() -> bool:
+    """True when ``import cupy`` succeeds (cuda tests and cupy-missing checks depend on it)."""
+    try:
+        import cupy  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _grad_mode_is_restored():
+    """Every test starts with grad mode on; a test that leaves it off fails loudly."""
+    engine.set_grad_enabled(True)
+    yield
+    leaked = not engine.is_grad_enabled()
+    engine.set_grad_enabled(True)
+    assert not leaked, "the test left grad mode disabled on the main thread"
+
+
+@pytest.fixture
+def virtual1() -> devices.Device:
+    return devices.get("virtual:1")
+
+
+@pytest.fixture
+def virtual2() -> devices.Device:
+    return devices.get("virtual:2")
+
+
+@pytest.fixture
+def run_in_threads():
+    """``run_in_threads(n, fn)``: run ``fn(i)`` on n threads started together behind a
+    barrier; re-raise the first exception any of them raised; return their results."""
+
+    def run(n: int, fn, timeout: float = 50.0):
+        barrier = threading.Barrier(n)
+        results = [None] * n
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def body(i: int) -> None:
+            try:
+                barrier.wait()
+                results[i] = fn(i)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+                with lock:
+                    errors.append(e)
+
+        threads = [threading.Thread(target=body, args=(i,), name=f"test-thread-{i}") for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        alive = [t.name for t in threads if t.is_alive()]
+        assert not alive, f"threads still running after {timeout}s: {alive}"
+        if errors:
+            raise errors[0]
+        return results
+
+    return run

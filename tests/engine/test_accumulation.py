@@ -1,0 +1,41 @@
+"""Gradient accumulation: the no-copy shortcuts fire, and never make two tensors share memory."""
+from __future__ import annotations
+
+import numpy as np
+
+import engine
+from engine.tensor import _is_owned_probe
+
+
+def test_private_buffers_are_summed_in_place_and_private_gradients_adopted():
+    assert _is_owned_probe() == (True, True)
+
+
+def test_two_leaves_fed_the_same_gradient_do_not_share_memory():
+    x1 = engine.tensor([1.0, 2.0], requires_grad=True)
+    x2 = engine.tensor([3.0, 4.0], requires_grad=True)
+    (x1 + x2).sum().backward()  # AddBackward0 hands the same gradient to both leaves
+    assert not np.shares_memory(x1.grad.data, x2.grad.data)
+    x1.grad.mul_(10.0)
+    assert x2.grad.tolist() == [1.0, 1.0]
+
+
+def test_user_gradient_is_never_adopted():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    g = engine.tensor([5.0, 6.0])
+    (x + 0.0).backward(g)
+    assert not np.shares_memory(x.grad.data, g.data)
+    x.grad.zero_()
+    assert g.tolist() == [5.0, 6.0]
+
+
+def test_fan_in_sums_exactly_and_later_backward_accumulates_in_place():
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    y = sum((x * float(k) for k in range(1, 11)), engine.zeros(2, dtype=np.float64))
+    y.sum().backward(retain_graph=True)
+    first = x.grad
+    assert first.tolist() == [55.0, 55.0]
+    v = x.grad.version
+    y.sum().backward()
+    assert x.grad is first and x.grad.tolist() == [110.0, 110.0]
+    assert x.grad.version == v + 1
