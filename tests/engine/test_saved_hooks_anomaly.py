@@ -1,0 +1,139 @@
+"""Saved-tensor hooks (every save passes the one choke point) and anomaly mode."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import engine
+import ops
+
+
+def test_pack_and_unpack_see_every_saved_tensor():
+    packed, unpacked = [], []
+
+    def pack(t):
+        packed.append(t)
+        return len(packed) - 1
+
+    def unpack(i):
+        unpacked.append(i)
+        return packed[i]
+
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    with engine.saved_tensors_hooks(pack, unpack):
+        y = ops.exp(x * x)  # MulBackward0 saves x twice, ExpBackward0 saves its output
+    assert len(packed) == 3
+    y.sum().backward()
+    assert sorted(unpacked) == [0, 1, 2]
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.exp(x.detach().numpy() ** 2))
+
+
+def test_hooks_are_thread_local_and_nest():
+    outer, inner = [], []
+    with engine.saved_tensors_hooks(lambda t: outer.append(1) or t, lambda t: t):
+        with engine.saved_tensors_hooks(lambda t: inner.append(1) or t, lambda t: t):
+            x = engine.ones(2, requires_grad=True)
+            ops.exp(x)
+        ops.exp(x)
+        seen_elsewhere = []
+        th = threading.Thread(target=lambda: seen_elsewhere.append(len(outer)) or ops.exp(x))
+        th.start()
+        th.join()
+    assert inner == [1] and outer == [1]  # the other thread's exp was not hooked
+
+
+def test_hooks_with_custom_function_saves():
+    class Mul3(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 3.0
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3.0
+
+    packed = []
+    with engine.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        Mul3.apply(engine.ones(2, requires_grad=True))
+    assert len(packed) == 1
+
+
+def test_unpack_hook_returning_a_non_tensor_raises_type_error_naming_the_node():
+    x = engine.ones(2, requires_grad=True)
+    with engine.saved_tensors_hooks(lambda t: t, lambda t: "oops"):
+        y = ops.exp(x)
+    with pytest.raises(TypeError, match="saved-tensor unpack hook returned str in ExpBackward0"):
+        y.sum().backward()
+
+
+def test_save_on_cpu_moves_device_tensors_to_host_and_back():
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, device="virtual:1", requires_grad=True)
+    with engine.save_on_cpu():
+        y = ops.exp(x)
+    saved = y.grad_fn._saved[0]
+    assert saved.packed[0] is not None and not np.shares_memory(saved.packed[1], y.data)
+    y.sum().backward()
+    assert x.grad.device == "virtual:1"
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 2.0]))
+
+
+def test_anomaly_nan_names_the_node_and_engine_recovers():
+    x = engine.tensor([0.0, 1.0], requires_grad=True)
+    with engine.detect_anomaly():
+        y = ops.sqrt(x) * 0.0  # sqrt backward at 0: 0 * inf = nan
+        with pytest.raises(RuntimeError, match=r"Function 'SqrtBackward0' returned nan values in its 0th output"):
+            with np.errstate(all="ignore"):
+                y.sum().backward()
+    (x * 2).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_without_anomaly_nan_propagates_silently():
+    x = engine.tensor([0.0], requires_grad=True)
+    with np.errstate(all="ignore"):
+        (ops.sqrt(x) * 0.0).sum().backward()
+    assert np.isnan(x.grad.numpy()).all()
+
+
+def test_anomaly_attaches_the_forward_traceback_to_errors_in_backward():
+    class Boom(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            raise KeyError("no such key")
+
+    x = engine.ones(1, requires_grad=True)
+    with engine.detect_anomaly():
+        y = Boom.apply(x)  # this line must appear in the note
+    with pytest.raises(KeyError) as info:
+        y.sum().backward()
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "BoomBackward" in str(info.value)
+    assert "Traceback of forward call that caused the error" in notes
+    assert "y = Boom.apply(x)  # this line must appear in the note" in notes
+
+
+def test_anomaly_mode_is_thread_local_and_set_detect_anomaly_restores():
+    assert not engine.is_anomaly_enabled()
+    with engine.set_detect_anomaly(True):
+        assert engine.is_anomaly_enabled()
+        other = []
+        th = threading.Thread(target=lambda: other.append(engine.is_anomaly_enabled()))
+        th.start()
+        th.join()
+        assert other == [False]
+    assert not engine.is_anomaly_enabled()
+
+
+def test_nodes_record_a_trace_only_in_anomaly_mode():
+    x = engine.ones(1, requires_grad=True)
+    assert "traceback_" not in (x * 2).grad_fn.metadata
+    with engine.detect_anomaly():
+        assert "traceback_" in (x * 2).grad_fn.metadata
