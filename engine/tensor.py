@@ -411,3 +411,4 @@ from . import graph as _graph  # noqa: E402
 
 _graph._wrap = _wrap
 _graph.accumulate_into = accumulate_into
+_graph._Tensor = Tensor

