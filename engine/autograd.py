@@ -32,6 +32,17 @@ def _as_tuple(x: Any, what: str) -> tuple:
     raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}")
 
 
+def _inputs_tuple(inputs: Any, message: str) -> tuple:
+    """``inputs`` of backward()/grad() as a non-empty tuple of tensors that require grad."""
+    inp = _as_tuple(inputs, "inputs")
+    if not inp:
+        raise RuntimeError(message)
+    for i, t in enumerate(inp):
+        if not t._rg:
+            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
+    return inp
+
+
 def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> list:
     """Check or create the root gradients: one per output, same shape/device, float dtype."""
     if grads is None:
@@ -137,14 +148,12 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
     if inputs is not None:
         gt.captures = {}
         must_run = set()
-        non_leaf = 0
         for idx, t in enumerate(inputs):
             node, nr = gradient_edge(t)
             if accumulate and t.grad_fn is None:
                 must_run.add(node)  # backward(inputs=leaf): run its AccumulateGrad
             else:
                 gt.captures.setdefault(node, []).append((nr, idx))
-                non_leaf += 1
         gt.captured = [None] * len(inputs)
         _compute_dependencies(gt, root)
         _init_exec_info(gt, root, must_run)
@@ -169,14 +178,7 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     [6.0]
     """
     outputs = _as_tuple(tensors, "tensors")
-    inp = None
-    if inputs is not None:
-        inp = _as_tuple(inputs, "inputs")
-        if not inp:
-            raise RuntimeError("'inputs' argument to backward() cannot be empty.")
-        for i, t in enumerate(inp):
-            if not t._rg:
-                raise RuntimeError(f"inputs[{i}] does not require grad: backward(inputs=...) needs tensors that require grad")
+    inp = None if inputs is None else _inputs_tuple(inputs, "'inputs' argument to backward() cannot be empty.")
     grads = _make_grads(outputs, grad_tensors, create_graph, "grad_tensors")
     keep = create_graph if retain_graph is None else bool(retain_graph)
     gt = _run_backward(outputs, grads, keep, create_graph, inp, accumulate=True)
@@ -218,12 +220,7 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
             "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
         )
     outs = _as_tuple(outputs, "outputs")
-    inps = _as_tuple(inputs, "inputs")
-    if not inps:
-        raise RuntimeError("grad requires at least one input")
-    for i, t in enumerate(inps):
-        if not t._rg:
-            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
+    inps = _inputs_tuple(inputs, "grad requires at least one input")
     cut = _as_tuple(no_grad_vars, "no_grad_vars") if no_grad_vars is not None else ()
     grads = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     keep = create_graph if retain_graph is None else bool(retain_graph)

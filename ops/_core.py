@@ -75,22 +75,16 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
 
 def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
     """Both operands as tensors on one device; raises naming both devices otherwise."""
-    if type(a) is Tensor and type(b) is Tensor:
-        if a.device is not b.device:
-            raise device_error(name, a, b)
-        if len(a._vc) > 2 or len(b._vc) > 2:
-            check_fresh(a, name)
-            check_fresh(b, name)
-        return a, b
-    if isinstance(a, Tensor):
-        b = as_operand(b, a, name)
-    elif isinstance(b, Tensor):
-        a = as_operand(a, b, name)
-    else:
-        raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
+    if type(a) is not Tensor or type(b) is not Tensor:
+        if isinstance(a, Tensor):
+            b = as_operand(b, a, name)
+        elif isinstance(b, Tensor):
+            a = as_operand(a, b, name)
+        else:
+            raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
     if a.device is not b.device:
         raise device_error(name, a, b)
-    if len(a._vc) > 2 or len(b._vc) > 2:
+    if len(a._vc) > 2 or len(b._vc) > 2:  # See Note [Views and in-place]
         check_fresh(a, name)
         check_fresh(b, name)
     return a, b
