@@ -146,8 +146,10 @@ def register(name: str, device: Device) -> Device:
 
 def unregister(name: str) -> None:
     """Remove a device installed with :func:`register`."""
+    global streams_in_use
     with _registry_lock:
         _registry.pop(name, None)
+        streams_in_use = any(d.has_streams for d in _registry.values())
 
 
 def cuda_available() -> bool:

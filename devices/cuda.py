@@ -8,8 +8,24 @@ engine/executor.py): the thread's current stream, a way to make a stream current
 block, recording an event on a stream, making a stream wait for an event, and waiting for
 the whole device. :class:`CudaDevice` implements them on top of a ``cuda_api`` object with
 the shape of ``cupy.cuda`` (``get_current_stream``, ``Stream``, ``Event``, ``Device``). The
-test suite passes a small numpy-backed stand-in with the same shape, so the ordering logic
-runs in CI on machines without GPUs.
+test suite passes a small numpy-backed stand-in with the same shape
+(tests/devices/fake_cupy.py), so the ordering logic runs in CI on machines without GPUs.
+
+Note [Current device]
+~~~~~~~~~~~~~~~~~~~~~
+cupy keeps, per thread, a current *device* and, per thread and per device, a current
+*stream*. Three of its rules matter here, and each method below that depends on one of
+them enters ``cuda_api.Device(self.index)`` first:
+  * ``with stream:`` and ``stream.use()`` raise RuntimeError unless the stream's device is
+    the thread's current device;
+  * ``Stream.record()`` creates its Event on the current device, and CUDA refuses to record
+    an event of one device on a stream of another;
+  * the null stream (``Stream.null``, handle 0) means "the legacy default stream of the
+    *current* device", so recording on it or making it wait under the wrong current device
+    silently synchronizes the wrong GPU.
+The engine calls these methods on whichever thread routes a gradient or completes a
+backward (the caller's thread, a device worker, a pool thread), and that thread's current
+device can be any GPU, so none of them may rely on it.
 """
 from __future__ import annotations
 
@@ -21,6 +37,7 @@ from . import Device
 
 _cupy: Any = None
 _import_error: BaseException | None = None
+_count_error: BaseException | None = None
 
 
 def _load_cupy() -> Any:
@@ -36,25 +53,77 @@ def _load_cupy() -> Any:
 
 
 def device_count() -> int:
-    """Number of GPUs cupy sees; 0 when cupy is missing or no GPU is present."""
+    """Number of GPUs cupy sees; 0 when cupy is missing or no GPU (or no driver) is present."""
+    global _count_error
     cp = _load_cupy()
     if cp is None:
         return 0
     try:
         return int(cp.cuda.runtime.getDeviceCount())
-    except Exception:
+    except Exception as e:  # cupy's CUDARuntimeError when there is no driver or no device
+        _count_error = e
         return 0
 
 
-class CudaDevice(Device):
-    """A GPU: arrays of ``xp`` (cupy), streams and events of ``cuda_api`` (cupy.cuda)."""
+class _StreamGuard:
+    """``with``: make the device, then the stream, current on this thread; restore both after.
+    See Note [Current device]. A small class rather than contextlib (it runs once per node)."""
 
-    __slots__ = ("cuda_api",)
+    __slots__ = ("_device", "_stream")
+
+    def __init__(self, device_ctx: Any, stream: Any) -> None:
+        self._device = device_ctx
+        self._stream = stream
+
+    def __enter__(self) -> Any:
+        self._device.__enter__()
+        try:
+            self._stream.__enter__()
+        except BaseException:
+            self._device.__exit__(None, None, None)
+            raise
+        return self._stream
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._stream.__exit__(*exc)
+        finally:
+            self._device.__exit__(*exc)
+
+
+class CudaDevice(Device):
+    """A GPU: arrays of ``xp`` (cupy), streams and events of ``cuda_api`` (cupy.cuda).
+
+    ``CudaDevice(index, xp, cuda_api)``; ``devices.get("cuda:N")`` builds one with cupy. Tests
+    build one over numpy and a stand-in ``cuda_api`` and install it with ``devices.register``:
+
+    >>> import numpy, devices
+    >>> from devices.cuda import CudaDevice
+    >>> from fake_cupy import FakeCupy  # tests/devices/fake_cupy.py (on sys.path under pytest)
+    >>> fake = FakeCupy()
+    >>> dev = CudaDevice(0, numpy, fake.cuda)
+    >>> s = fake.cuda.Stream(name="s")
+    >>> with dev.stream_context(s):
+    ...     dev.current_stream() is s
+    True
+    >>> dev.wait_event(fake.cuda.Stream.null, dev.record_event(s))
+    >>> fake.log
+    [('record', 's', 1), ('wait', 'null@0', 1)]
+    """
+
+    __slots__ = ("cuda_api", "_stream_of_device")
 
     def __init__(self, index: int, xp: Any, cuda_api: Any) -> None:
         super().__init__("cuda", index, xp)
         self.cuda_api = cuda_api
         self.has_streams = True
+        # cupy >= 10 keeps one current stream per device and takes the device id; older
+        # releases take no argument and answer for the current device. Decided once here.
+        try:
+            cuda_api.get_current_stream(index)
+            self._stream_of_device = True
+        except TypeError:
+            self._stream_of_device = False
 
     # -- arrays -------------------------------------------------------------------------
     def asarray(self, data: Any, dtype: Any = None) -> Any:
@@ -62,8 +131,9 @@ class CudaDevice(Device):
             return self.xp.asarray(data, dtype=dtype)
 
     def to_host(self, array: Any) -> numpy.ndarray:
+        """A numpy *copy* (cupy's ``get()``), never a view: device and host never alias."""
         get = getattr(array, "get", None)
-        return get() if get is not None else numpy.asarray(array)
+        return get() if get is not None else numpy.array(array, copy=True)
 
     def synchronize(self) -> None:
         self.cuda_api.Device(self.index).synchronize()
@@ -72,32 +142,44 @@ class CudaDevice(Device):
         """Make this GPU current on the calling thread (device workers call it once)."""
         self.cuda_api.Device(self.index).use()
 
-    # -- streams ------------------------------------------------------------------------
+    # -- streams: see Note [Streams] in engine/executor.py and Note [Current device] ----
     def current_stream(self) -> Any:
+        """The calling thread's current stream on this GPU."""
+        if self._stream_of_device:
+            return self.cuda_api.get_current_stream(self.index)
         with self.cuda_api.Device(self.index):
             return self.cuda_api.get_current_stream()
 
     def stream_context(self, stream: Any) -> ContextManager:
-        """``with device.stream_context(s):`` makes ``s`` current on this thread for the block."""
-        return stream  # cupy streams are context managers setting the thread's current stream
+        """``with device.stream_context(s):`` makes this GPU and ``s`` (one of its streams)
+        current on this thread for the block, then restores both."""
+        return _StreamGuard(self.cuda_api.Device(self.index), stream)
 
     def record_event(self, stream: Any) -> Any:
-        return stream.record()
+        """Record a new event on ``stream`` (a stream of this GPU) and return it."""
+        api = self.cuda_api
+        with api.Device(self.index):
+            # No timing: cheaper to record, and all the engine does is wait on it (PyTorch too).
+            return stream.record(api.Event(disable_timing=True))
 
     def wait_event(self, stream: Any, event: Any) -> None:
-        stream.wait_event(event)
+        """Make future work on ``stream`` (a stream of this GPU) wait for ``event`` (any GPU's)."""
+        with self.cuda_api.Device(self.index):
+            stream.wait_event(event)
 
 
 def make_device(index: int | None) -> Device:
     cp = _load_cupy()
+    name = f"cuda:{index or 0}"
     if cp is None:
         raise RuntimeError(
-            f"device 'cuda:{index or 0}' needs cupy, which is not installed or failed to import "
+            f"device '{name}' needs cupy, which is not installed or failed to import "
             f"({_import_error!r}); install the extra: pip install 'threadgrad[cuda]'"
         )
     n = device_count()
     if n == 0:
-        raise RuntimeError(f"device 'cuda:{index or 0}': cupy is installed but no NVIDIA GPU is visible")
+        why = f" ({_count_error!r})" if _count_error is not None else ""
+        raise RuntimeError(f"device '{name}': cupy is installed but no NVIDIA GPU is visible{why}")
     index = index or 0
     if index >= n:
         raise RuntimeError(f"device 'cuda:{index}' does not exist: cupy sees {n} GPU(s)")

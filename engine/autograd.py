@@ -8,13 +8,16 @@
 """
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
 
 import numpy
 
+import devices
+
 from ._state import tls
-from .executor import GraphTask, get_engine
+from .executor import GraphTask, _current_streams, get_engine
 from .graph import GraphRoot, Node
 from .tensor import Tensor, _wrap, gradient_edge
 
@@ -245,11 +248,17 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
     fut.set_running_or_notify_cancel()
     # The call must see the caller's thread-local state, as a synchronous call would.
     state = (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks)
+    # See Note [Streams]: the call runs on the caller's current streams, so the root gradients
+    # are made there and the caller's streams are the ones synced before the future completes.
+    streams = _current_streams() if devices.streams_in_use else {}
 
     def job() -> None:
         (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks) = state
         try:
-            result = fn(*args, **kwargs)
+            with contextlib.ExitStack() as stack:
+                for dev, stream in streams.items():
+                    stack.enter_context(dev.stream_context(stream))
+                result = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - surfaces from future.result()
             fut.set_exception(e)
         else:

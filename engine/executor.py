@@ -204,7 +204,9 @@ class GraphTask:
 
 
 def _current_streams() -> dict:
-    return {d: d.current_stream() for d in set(devices._registry.values()) if d.has_streams}
+    # list() first: it copies the values in C, so a device registered meanwhile by another
+    # thread cannot break the iteration (set() would call Device.__hash__, Python code).
+    return {d: d.current_stream() for d in list(devices._registry.values()) if d.has_streams}
 
 
 _SHUTDOWN = object()  # the node slot of a shutdown task
@@ -502,29 +504,36 @@ class Engine:
         return nxt
 
     def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+        if fn._hooks is not None:
+            gt.hooks_ran = True  # a hook may keep a gradient: leaves must not adopt them
+        if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+            dev, stream = fn.stream
+            with dev.stream_context(stream):  # hooks run on the node's stream too, as in PyTorch
+                outputs = self._call_hooks_and_apply(fn, inputs, tensor_hooks)
+            if not fn.next_edges:
+                gt.leaf_streams.append(fn.stream)
+        else:
+            outputs = self._call_hooks_and_apply(fn, inputs, tensor_hooks)
+        if not gt.keep_graph:
+            fn.release_variables()
+        if gt.anomaly and gt.check_nan:
+            _check_nan(fn, outputs)
+        return outputs
+
+    @staticmethod
+    def _call_hooks_and_apply(fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         hooks = fn._hooks
         if hooks is not None:
-            gt.hooks_ran = True
             if tensor_hooks:
                 inputs = hooks.run_tensor_pre(fn, inputs)
             inputs = hooks.run_pre(fn, inputs)
         if inputs and inputs[0] is None and _all_none(inputs):
             # Nothing arrived (all gradients undefined): the node's outputs are undefined too.
             outputs = [None] * len(fn.next_edges)
-        elif gt.uses_streams and fn.stream is not None:  # See Note [Streams]
-            dev, stream = fn.stream
-            with dev.stream_context(stream):
-                outputs = fn.apply(inputs)
-            if not fn.next_edges:
-                gt.leaf_streams.append(fn.stream)
         else:
             outputs = fn.apply(inputs)  # (GraphRoot takes no inputs)
         if hooks is not None and hooks.post:
             outputs = hooks.run_post(fn, outputs, inputs)
-        if not gt.keep_graph:
-            fn.release_variables()
-        if gt.anomaly and gt.check_nan:
-            _check_nan(fn, outputs)
         return outputs
 
     def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
@@ -537,6 +546,13 @@ class Engine:
         hooks = fn._hooks
         if hooks is not None:
             gt.hooks_ran = True
+        if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+            dev, stream = fn.stream
+            if hooks is not None:
+                with dev.stream_context(stream):
+                    inputs = hooks.run_tensor_pre(fn, inputs)
+            gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
+        elif hooks is not None:
             inputs = hooks.run_tensor_pre(fn, inputs)
         for slot, idx in caps:
             gt.captured[idx] = inputs[slot]
@@ -569,7 +585,7 @@ class Engine:
                 if not (exec_info.get(nxt) or nxt in gt.captures) or (nxt, nr) in gt.cut:  # type: ignore[operator]
                     continue
             if streams and g is not None:
-                _sync_streams(fn, nxt)
+                _sync_streams(fn, nxt, g)
             count = deps[nxt]
             if count != 1:
                 deps[nxt] = count - 1
@@ -633,11 +649,21 @@ class Engine:
             gt.owner_queue.push(_WAKE_PRIO, None, None, None)
 
 
-def _sync_streams(producer: Node, consumer: Node) -> None:
+def _sync_streams(producer: Node, consumer: Node, g: Any) -> None:
     """Make the consumer's stream wait for what the producer queued. See Note [Streams]."""
-    p, c = producer.stream, consumer.stream
-    if p is None or c is None or p[1] is c[1] or p[1] == c[1]:
+    c = consumer.stream
+    if c is None:
         return
+    p = producer.stream
+    if p is None:
+        # A producer without a stream (GraphRoot, a cpu node such as ToCopyBackward0) queued
+        # ``g`` on this thread's current stream of g's device: this thread just ran it.
+        dev = g.device
+        if not dev.has_streams:
+            return
+        p = (dev, dev.current_stream())
+    if p[0] is c[0] and (p[1] is c[1] or p[1] == c[1]):
+        return  # one stream of one device (cupy's Stream.null is shared by every GPU)
     c[0].wait_event(c[1], p[0].record_event(p[1]))
 
 
