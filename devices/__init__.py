@@ -12,6 +12,7 @@ True
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Union
 
@@ -40,6 +41,10 @@ class Device:
 
     def synchronize(self) -> None:
         """Block until all work queued on this device is done (a no-op for numpy devices)."""
+
+    def guard(self) -> Any:
+        """Context manager making this device current for allocations (a no-op for numpy devices)."""
+        return _NULL_GUARD
 
     def asarray(self, data: Any, dtype: Any = None) -> Any:
         """Return ``data`` as an array of this device (copying only when it must)."""
@@ -71,6 +76,7 @@ class Device:
 
 
 DeviceSpec = Union[Device, str]
+_NULL_GUARD = contextlib.nullcontext()
 
 # True once any device with streams exists in this process; the executor reads it once per
 # backward call, so graphs without such devices never pay for stream bookkeeping.

@@ -135,6 +135,10 @@ class CudaDevice(Device):
         get = getattr(array, "get", None)
         return get() if get is not None else numpy.array(array, copy=True)
 
+    def guard(self) -> Any:
+        """``with device.guard():`` makes this GPU current, so cupy allocates there."""
+        return self.cuda_api.Device(self.index)
+
     def synchronize(self) -> None:
         self.cuda_api.Device(self.index).synchronize()
 

@@ -64,7 +64,8 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
                     f"grad can be implicitly created only for scalar outputs (output {i} has shape {tuple(out.shape)}); "
                     f"pass a gradient of that shape, e.g. y.backward(engine.ones_like(y))"
                 )
-            result.append(_wrap(out.device.xp.ones(out.shape, dtype=out.dtype), out.device))
+            with out.device.guard():
+                result.append(_wrap(out.device.xp.ones(out.shape, dtype=out.dtype), out.device))
             continue
         if not isinstance(g, Tensor):
             g = Tensor(out.device.xp.asarray(g, dtype=out.dtype), out.device)
@@ -238,7 +239,8 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
                 )
             if materialize_grads:
                 t = inps[i]
-                result[i] = _wrap(t.device.xp.zeros(t.shape, dtype=t.dtype), t.device)
+                with t.device.guard():
+                    result[i] = _wrap(t.device.xp.zeros(t.shape, dtype=t.dtype), t.device)
     return tuple(result)
 
 

@@ -56,7 +56,8 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 def _filled(fill: Any, shape: tuple, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
     dev = to_device(device)
     dt = to_dtype(dtype) or _DEFAULT_FLOAT
-    return _finish(fill(dev.xp, _shape(shape), dt), dev, requires_grad)
+    with dev.guard():
+        return _finish(fill(dev.xp, _shape(shape), dt), dev, requires_grad)
 
 
 def zeros(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -83,7 +84,8 @@ def full(shape: Any, value: Any, dtype: Any = None, device: Any = None, requires
 def _like(t: Tensor, fill: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
     dev = t.device if device is None else to_device(device)
     dt = t.dtype if dtype is None else to_dtype(dtype)
-    return _finish(fill(dev.xp, t.shape, dt), dev, requires_grad)
+    with dev.guard():
+        return _finish(fill(dev.xp, t.shape, dt), dev, requires_grad)
 
 
 def zeros_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -111,7 +113,8 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
     dt = to_dtype(dtype)
     if dt is None:
         dt = numpy.dtype(numpy.int64) if all(isinstance(v, (int, numpy.integer)) for v in (start, end, step)) else _DEFAULT_FLOAT
-    return _finish(dev.xp.arange(start, end, step, dtype=dt), dev, requires_grad)
+    with dev.guard():
+        return _finish(dev.xp.arange(start, end, step, dtype=dt), dev, requires_grad)
 
 
 # --- random numbers ---------------------------------------------------------------------

@@ -110,7 +110,8 @@ class FunctionCtx(Node):
 
 def _zeros(meta: tuple) -> Tensor:
     shape, dtype, device = meta
-    return _wrap(device.xp.zeros(shape, dtype=dtype), device)
+    with device.guard():
+        return _wrap(device.xp.zeros(shape, dtype=dtype), device)
 
 
 class Function:
