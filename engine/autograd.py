@@ -167,6 +167,31 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
     return gt
 
 
+class _Reported(Exception):
+    """Stands in GraphTask.error once the caller has taken the real exception."""
+
+
+_REPORTED = _Reported("this backward call failed; its exception was raised to the caller")
+
+
+def _result(gt: GraphTask) -> Any:
+    """The finished GraphTask's result, or raise its exception. Before raising, the task
+    drops its references to the exception: the exception's traceback holds the frames that
+    ran the task (their locals hold the task), so exception -> traceback -> frame -> task ->
+    exception would be a cycle keeping the whole failed graph, saved activations included,
+    alive until the cycle collector runs. The task stays failed for any of its tasks still
+    in flight (``error`` is not None)."""
+    e = gt.error
+    if e is None:
+        return gt.future.result()
+    gt.error = _REPORTED
+    gt.future = None
+    try:
+        raise e
+    finally:
+        e = None
+
+
 def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: bool | None = None,
              create_graph: bool = False, inputs: TensorOrTensors | None = None) -> None:
     """Accumulate the gradient of ``tensors`` into the ``.grad`` of every leaf they depend on
@@ -186,17 +211,18 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     grads = _make_grads(outputs, grad_tensors, create_graph, "grad_tensors")
     keep = create_graph if retain_graph is None else bool(retain_graph)
     gt = _run_backward(outputs, grads, keep, create_graph, inp, accumulate=True)
-    captured = gt.future.result()
+    captured = _result(gt)
     if inp is not None and captured is not None:
         # Non-leaf inputs of backward(inputs=...) get their gradient in .grad, as in PyTorch.
-        from .tensor import accumulate_into
+        from .tensor import accumulate_into, nonleaf_grad_lock
 
         for t, g in zip(inp, captured):
             if g is not None and t.grad_fn is not None:
                 prev = tls.grad_enabled
                 tls.grad_enabled = create_graph
                 try:
-                    accumulate_into(t, g, copy=True)
+                    with nonleaf_grad_lock:
+                        accumulate_into(t, g, copy=True)
                 finally:
                     tls.grad_enabled = prev
 
@@ -229,7 +255,7 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
     grads = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     keep = create_graph if retain_graph is None else bool(retain_graph)
     gt = _run_backward(outs, grads, keep, create_graph, inps, accumulate=False, no_grad_vars=cut)
-    result = list(gt.future.result())
+    result = list(_result(gt))
     for i, g in enumerate(result):
         if g is None:
             if not allow_unused:
@@ -255,6 +281,10 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
     streams = _current_streams() if devices.streams_in_use else {}
 
     def job() -> None:
+        # The exception's traceback will hold this frame: it must not reach the future that
+        # holds the exception (a cycle), so the future leaves the closure cell first.
+        nonlocal fut
+        f, fut = fut, None
         (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks) = state
         try:
             with contextlib.ExitStack() as stack:
@@ -262,14 +292,16 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
                     stack.enter_context(dev.stream_context(stream))
                 result = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - surfaces from future.result()
-            fut.set_exception(e)
+            f.set_exception(e)
         else:
-            fut.set_result(result)
+            f.set_result(result)
         finally:
+            f = result = None
             tls.grad_enabled, tls.anomaly, tls.saved_hooks = True, False, ()
 
+    returned = fut
     get_engine().run_async(job)
-    return fut
+    return returned
 
 
 def backward_async(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: bool | None = None,

@@ -276,8 +276,8 @@ class _Pool:
                 self._cv.notify()
                 return
             t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{len(self.threads)}", daemon=True)
+            t.start()  # before it is listed, under the lock: stop() must never join an unstarted thread
             self.threads.append(t)
-        t.start()
 
     def _loop(self) -> None:
         tls.is_worker = True
@@ -291,6 +291,7 @@ class _Pool:
                     return
                 job = self._jobs.pop(0)
             job()
+            job = None  # the finished job's closure holds its graph: drop it before waiting
 
     def stop(self) -> list[threading.Thread]:
         with self._cv:
@@ -442,6 +443,11 @@ class Engine:
         run = self._run_task
         try:
             while wait_for is None or not wait_for.done:
+                if wait_for is None and not q._heap and tls.current_task is not None:
+                    # An idle device worker keeps no task: the last one may be finished, and
+                    # its graph, gradients and hooks must die with the caller's references.
+                    tls.current_task = None
+                    tls.saved_hooks = ()
                 _, _, gt, node, inputs = q.pop()
                 if gt is None:
                     if node is _SHUTDOWN:
@@ -460,6 +466,7 @@ class Engine:
                     if q._heap:
                         q.push(-(gt.prio_base | node.sequence_nr), gt, node, inputs)
                         break
+                gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 q.purge(wait_for)
         finally:
@@ -499,6 +506,7 @@ class Engine:
             last = gt.outstanding == 0
         if err is not None:
             self._fail(gt, err, fn)
+            err = None  # this frame may end up in err's traceback: no cycle through it
         if last:
             self._complete(gt)
         return nxt

@@ -188,7 +188,8 @@ class Tensor:
         def retain(grad: Tensor) -> None:
             t = ref()
             if t is not None:
-                accumulate_into(t, grad, copy=True)
+                with nonleaf_grad_lock:  # concurrent backward calls may reach t at once
+                    accumulate_into(t, grad, copy=True)
 
         self.grad_fn._hooks_obj().retains_grad[self._output_nr] = retain
 
@@ -317,6 +318,10 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
 import threading as _threading  # noqa: E402
 
 _acc_lock = _threading.Lock()
+# Held while adding into a non-leaf's .grad (retain_grad, backward(inputs=[non_leaf])): the
+# role AccumulateGrad's lock plays for leaves. accumulate_into's in-place add releases the GIL
+# on large arrays, so without it concurrent backward calls lose updates.
+nonleaf_grad_lock = _threading.Lock()
 
 
 def gradient_edge(t: Tensor) -> tuple:

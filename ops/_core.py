@@ -68,9 +68,12 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
             dt = numpy.float32
         return _wrap(like.device.xp.asarray(x, dtype=dt), like.device)
     try:
-        return _wrap(like.device.asarray(x), like.device)
+        arr = like.device.asarray(x)
     except Exception:
-        raise TypeError(f"{name}: unsupported operand of type {type(x).__name__}") from None
+        arr = None
+    if arr is None or arr.dtype.kind not in "biufc":
+        raise TypeError(f"{name}: unsupported operand of type {type(x).__name__}")
+    return _wrap(arr, like.device)
 
 
 def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
@@ -84,10 +87,23 @@ def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
             raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
     if a.device is not b.device:
         raise device_error(name, a, b)
+    if a.data.shape != b.data.shape and name != "matmul":
+        broadcast_check(a.data.shape, b.data.shape, name)
     if len(a._vc) > 2 or len(b._vc) > 2:  # See Note [Views and in-place]
         check_fresh(a, name)
         check_fresh(b, name)
     return a, b
+
+
+def broadcast_check(sa: tuple, sb: tuple, name: str) -> None:
+    """Raise torch's RuntimeError when two shapes do not broadcast together."""
+    for i in range(1, min(len(sa), len(sb)) + 1):
+        da, db = sa[-i], sb[-i]
+        if da != db and da != 1 and db != 1:
+            raise RuntimeError(
+                f"{name}: The size of tensor a ({da}) must match the size of tensor b ({db}) at non-singleton "
+                f"dimension {max(len(sa), len(sb)) - i} (shapes {list(sa)} and {list(sb)})"
+            )
 
 
 def normalize_dim(dim: int, ndim: int, name: str) -> int:

@@ -206,7 +206,8 @@ class ExpBackward0(Node):
 @register
 def exp(x: Tensor) -> Tensor:
     """``e ** x``."""
-    out = _wrap(x.device.xp.exp(_float_input(x, "exp")), x.device)
+    data = _float_input(x, "exp")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.exp(data), x.device)
     if tls.grad_enabled and x._rg:
         record(ExpBackward0(), (x,), out, (out,))
     return out
@@ -223,7 +224,8 @@ class LogBackward0(Node):
 @register
 def log(x: Tensor) -> Tensor:
     """Natural logarithm (``-inf`` at 0, ``nan`` below, like torch)."""
-    out = _wrap(x.device.xp.log(_float_input(x, "log")), x.device)
+    data = _float_input(x, "log")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.log(data), x.device)
     if tls.grad_enabled and x._rg:
         record(LogBackward0(), (x,), out, (x,))
     return out
@@ -240,7 +242,8 @@ class SqrtBackward0(Node):
 @register
 def sqrt(x: Tensor) -> Tensor:
     """Square root."""
-    out = _wrap(x.device.xp.sqrt(_float_input(x, "sqrt")), x.device)
+    data = _float_input(x, "sqrt")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.sqrt(data), x.device)
     if tls.grad_enabled and x._rg:
         record(SqrtBackward0(), (x,), out, (out,))
     return out
@@ -276,7 +279,8 @@ class SinBackward0(Node):
 @register
 def sin(x: Tensor) -> Tensor:
     """Sine."""
-    out = _wrap(x.device.xp.sin(_float_input(x, "sin")), x.device)
+    data = _float_input(x, "sin")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.sin(data), x.device)
     if tls.grad_enabled and x._rg:
         record(SinBackward0(), (x,), out, (x,))
     return out
@@ -293,7 +297,8 @@ class CosBackward0(Node):
 @register
 def cos(x: Tensor) -> Tensor:
     """Cosine."""
-    out = _wrap(x.device.xp.cos(_float_input(x, "cos")), x.device)
+    data = _float_input(x, "cos")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.cos(data), x.device)
     if tls.grad_enabled and x._rg:
         record(CosBackward0(), (x,), out, (x,))
     return out
@@ -334,7 +339,8 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
 @register
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent."""
-    out = _wrap(x.device.xp.tanh(_float_input(x, "tanh")), x.device)
+    data = _float_input(x, "tanh")  # checks x is a Tensor first
+    out = _wrap(x.device.xp.tanh(data), x.device)
     if tls.grad_enabled and x._rg:
         record(TanhBackward0(), (x,), out, (out,))
     return out

@@ -1,0 +1,69 @@
+"""Helpers shared by the reliability suite (tests/stress); fixtures live in conftest.py.
+
+Every stress test carries ``@pytest.mark.timeout``; threads are joined with a timeout of
+their own, so a hang shows up as a named, failing thread instead of a frozen run.
+All numbers are float64 with small integer values, so every gradient (and every sum of
+gradients accumulated by many threads, in any order) is exact and compared with ``==``.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+import devices
+import engine
+import ops
+
+DEVICES = ("cpu", "virtual:1", "virtual:2")
+
+
+def run_threads(n: int, fn: Callable[[int], Any], timeout: float = 120.0) -> list:
+    """Run ``fn(i)`` on ``n`` threads released together by a barrier; fail on a hang;
+    re-raise the first exception any thread raised; return the results by index."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+            with lock:
+                errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,), name=f"stress-{i}", daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"threads still running after {timeout}s (hang): {alive}"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def f64(values: Any, requires_grad: bool = True, device: Any = None) -> engine.Tensor:
+    return engine.tensor(np.asarray(values, dtype=np.float64), dtype=np.float64, device=device,
+                         requires_grad=requires_grad)
+
+
+def assert_engine_usable(devs: tuple = DEVICES) -> None:
+    """A fresh small backward works on every device (and its result is exact)."""
+    for d in devs:
+        x = f64([1.0, 2.0, 3.0])
+        y = ops.to(x, d)
+        loss = ops.sum(ops.mul(ops.mul(y, y), 3.0))
+        loss.backward()
+        assert x.grad.tolist() == [6.0, 12.0, 18.0], (d, x.grad.tolist())
+        (g,) = engine.grad(ops.sum(ops.mul(ops.to(x, d), 2.0)), x)
+        assert g.tolist() == [2.0, 2.0, 2.0], d
+
+
+def device_workers_alive(devs: tuple = ("virtual:1", "virtual:2")) -> bool:
+    names = {t.name for t in engine.get_engine().worker_threads() if t.is_alive()}
+    return all(f"threadgrad-{devices.get(d)}" in names for d in devs)
