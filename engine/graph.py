@@ -204,14 +204,18 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
     innermost ``saved_tensors_hooks`` pack function when one is active on this thread.
     """
     hooks = tls.saved_hooks
-    if not hooks and len(tensors) == 1:
-        # Fast path: most ops save one tensor and no hooks are active (-0.3 us per op, measured).
-        t = tensors[0]
-        if t is None:
-            node._saved, node._saved_ver = (None,), (None,)
-        else:
-            node._saved = (SavedOutput(t),) if t.grad_fn is node else (t,)
-            node._saved_ver = (t._vc[0],)
+    if not hooks:
+        # Fast path: no hooks active (the usual case; -0.3 us per op, measured).
+        if len(tensors) == 1:
+            t = tensors[0]
+            if t is None:
+                node._saved, node._saved_ver = (None,), (None,)
+            else:
+                node._saved = (SavedOutput(t),) if t.grad_fn is node else (t,)
+                node._saved_ver = (t._vc[0],)
+            return
+        node._saved = tuple([None if t is None else SavedOutput(t) if t.grad_fn is node else t for t in tensors])
+        node._saved_ver = tuple([None if t is None else t._vc[0] for t in tensors])
         return
     saved = []
     versions = []

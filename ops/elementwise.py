@@ -22,7 +22,8 @@ class _Binary(Node):
     __slots__ = ("a_shape", "a_dtype", "b_shape", "b_dtype")
 
     def _meta(self, a: Tensor, b: Tensor) -> "_Binary":
-        self.a_shape, self.a_dtype, self.b_shape, self.b_dtype = a.shape, a.dtype, b.shape, b.dtype
+        ad, bd = a.data, b.data  # the arrays directly: Tensor.shape/.dtype are Python properties
+        self.a_shape, self.a_dtype, self.b_shape, self.b_dtype = ad.shape, ad.dtype, bd.shape, bd.dtype
         return self
 
 
@@ -191,8 +192,10 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
 
 def _float_input(x: Tensor, name: str) -> Any:
     """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...)."""
-    check_tensor(x, name)
-    return x.data if x.dtype.kind in "fc" else x.data.astype("float32")
+    if type(x) is not Tensor:
+        check_tensor(x, name)
+    d = x.data
+    return d if d.dtype.kind in "fc" else d.astype("float32")
 
 
 class ExpBackward0(Node):
