@@ -11,6 +11,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,3 +134,69 @@ def write_result(name: str, text: str) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def load_average() -> str:
+    """The 1-minute load average, for the report (other processes skew timings)."""
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "?"
+
+
+# --- result tables (run_all.py) ------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One measurement: a value per column (None: not measured), a target and whether it is met.
+
+    ``ratio`` is threadgrad / torch; when left None it is computed from the ``threadgrad``
+    and ``torch`` values. ``met`` is None for rows that only inform (no target).
+    """
+
+    label: str
+    values: dict[str, float | None]
+    target: str = ""
+    met: bool | None = None
+    ratio: float | None = None
+    digits: int = 2
+    show_ratio: bool = True
+
+    def ratio_to_torch(self) -> float | None:
+        if not self.show_ratio:
+            return None
+        if self.ratio is not None:
+            return self.ratio
+        ours, torch = self.values.get("threadgrad"), self.values.get("torch")
+        if ours is None or torch is None or torch == 0:
+            return None
+        return ours / torch
+
+
+@dataclass
+class Table:
+    """One workload's Markdown table plus the notes printed under it."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ratio_header: str = "ours/torch"
+    plain: bool = False  # only the value columns: no ratio, target or met?
+
+    def markdown(self) -> str:
+        header = ["measurement", *self.columns, self.ratio_header, "target", "met?"]
+        body = []
+        if self.plain:
+            header = header[: 1 + len(self.columns)]
+            body = [[r.label, *[fmt(r.values.get(c), r.digits) for c in self.columns]] for r in self.rows]
+        for r in [] if self.plain else self.rows:
+            ratio = r.ratio_to_torch()
+            met = "–" if r.met is None else ("**met**" if r.met else "**not met**")
+            body.append([r.label, *[fmt(r.values.get(c), r.digits) for c in self.columns],
+                         "–" if ratio is None else f"{ratio:.2f}x", r.target or "–", met])
+        parts = [f"### {self.title}", "", markdown_table(header, body)]
+        if self.notes:
+            parts += ["", *[f"- {n}" for n in self.notes]]
+        return "\n".join(parts) + "\n"

@@ -51,92 +51,15 @@ from _common import (  # noqa: E402 - _common puts the repo root on sys.path
 
 import engine  # noqa: E402
 import ops  # noqa: E402
-
-SHAPE = (16,)
-C = 1.5   # chain constant: x -> 1.5 * tanh(x) has a stable fixed point, so values stay O(1)
-C1, C2 = 0.7, 1.3
-
-
-# --- backends: the same graph-building vocabulary for both libraries ---------------------
-
-class Ours:
-    name = "threadgrad"
-
-    def __init__(self) -> None:
-        self.tanh = ops.tanh
-        self.mul = ops.mul
-        self.add = ops.add
-        self.sum = ops.sum
-        self.no_grad = engine.no_grad
-
-    def leaf(self, a: numpy.ndarray) -> Any:
-        return engine.tensor(a, dtype=numpy.float64, requires_grad=True)
-
-    def const(self, a: numpy.ndarray) -> Any:
-        return engine.tensor(a, dtype=numpy.float64)
-
-    @staticmethod
-    def backward(y: Any) -> None:
-        y.backward()
-
-    @staticmethod
-    def grad_numpy(x: Any) -> numpy.ndarray:
-        return numpy.array(x.grad.data)
-
-
-class Torch:
-    name = "torch"
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.tanh = torch.tanh
-        self.mul = torch.mul
-        self.add = torch.add
-        self.sum = torch.sum
-        self.no_grad = torch.no_grad
-
-    def leaf(self, a: numpy.ndarray) -> Any:
-        return self.torch.tensor(a, dtype=self.torch.float64, requires_grad=True)
-
-    def const(self, a: numpy.ndarray) -> Any:
-        return self.torch.tensor(a, dtype=self.torch.float64)
-
-    @staticmethod
-    def backward(y: Any) -> None:
-        y.backward()
-
-    @staticmethod
-    def grad_numpy(x: Any) -> numpy.ndarray:
-        return x.grad.detach().numpy().copy()
-
-
-# --- graphs -------------------------------------------------------------------------------
-
-def build_chain(b: Any, x: Any, c: Any, n: int) -> Any:
-    tanh, mul = b.tanh, b.mul
-    for i in range(n):
-        x = tanh(x) if i % 2 == 0 else mul(x, c)
-    return x
-
-
-def build_wide(b: Any, x: Any, c1: Any, c2: Any, branches: int) -> Any:
-    tanh, mul, add = b.tanh, b.mul, b.add
-    outs = [mul(tanh(mul(x, c1)), c2) for _ in range(branches)]
-    while len(outs) > 1:
-        nxt = [add(outs[i], outs[i + 1]) for i in range(0, len(outs) - 1, 2)]
-        if len(outs) % 2:
-            nxt.append(outs[-1])
-        outs = nxt
-    return b.sum(outs[0])
-
-
-def wide_op_count(branches: int) -> int:
-    return 3 * branches + (branches - 1) + 1
-
-
-def make_inputs(seed: int = 0) -> tuple:
-    rng = numpy.random.default_rng(seed)
-    return (rng.standard_normal(SHAPE), numpy.full(SHAPE, C), numpy.full(SHAPE, C1), numpy.full(SHAPE, C2))
+from backends import (  # noqa: E402 - the graphs and backends are shared with run_all.py
+    SHAPE,
+    Ours,
+    Torch,
+    build_chain,
+    build_wide,
+    make_inputs,
+    wide_op_count,
+)
 
 
 # --- measurements -------------------------------------------------------------------------
