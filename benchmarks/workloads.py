@@ -350,11 +350,11 @@ class NumpyMLP:
         grads = []
         gz = gz3
         for W, h, in_h in ((self.W3, self.h2, True), (self.W2, self.h1, True), (self.W1, self.x, False)):
-            gb = gz.sum(axis=(0,), keepdims=True).reshape(W.shape[0])  # AddBackward0 (bias): sum_to
-            gW = (h.T @ gz).T                                 # MmBackward0 b-side, TransposeBackward0
+            gb = gz.sum(axis=0)                               # AddmmBackward0: bias, sum(g, 0)
+            gW = gz.T @ h                                     # AddmmBackward0: weight, g.T @ x
             grads += [gW, gb]
             if in_h:
-                gh = gz @ W                                   # MmBackward0 a-side: g @ (W.T).T
+                gh = gz @ W                                   # AddmmBackward0: input, g @ W
                 gz = gh * (h > 0).astype(f32)                 # ReluBackward0: g * mask(out > 0)
         return grads  # W3, b3, W2, b2, W1, b1
 

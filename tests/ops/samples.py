@@ -300,6 +300,7 @@ SAMPLES: dict[str, Callable[[], list]] = {
     "linear": lambda: [
         Sample(t(2, 3), t(4, 3), t(4), ref=lambda x, w, b: x @ w.T + b),
         Sample(t(3), t(2, 3), ref=lambda x, w: w @ x, desc="1-d input, no bias"),
+        Sample(t(2, 3), t(4, 3), ref=lambda x, w: x @ w.T, desc="2-d input, no bias (fused node)"),
         Sample(t(2, 2, 3), t(2, 3), t(2), ref=lambda x, w, b: x @ w.T + b, desc="batched"),
     ],
     "conv2d": lambda: [
