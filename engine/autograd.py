@@ -138,6 +138,7 @@ def _init_exec_info(gt: GraphTask, root: Node, must_run: set) -> None:
         info[fn] = needed
     info[root] = True
     gt.exec_info = info
+    gt.runnable = {fn for fn, needed in info.items() if needed} | set(captures)  # type: ignore[arg-type]
 
 
 def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: bool,

@@ -166,7 +166,7 @@ class GraphTask:
     """The state of one backward call (PyTorch's GraphTask). See docs/architecture.md."""
 
     __slots__ = (
-        "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut",
+        "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
         "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
         "owner_queue", "error", "done", "final_callbacks", "future", "lock",
         "uses_streams", "caller_streams", "leaf_streams", "hooks_ran", "__weakref__",
@@ -180,6 +180,7 @@ class GraphTask:
         self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
         self.captured: list = []
         self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
+        self.runnable: set = set()  # with exec_info: the nodes that run or capture
         self.keep_graph = keep_graph
         self.create_graph = create_graph
         # Thread-local state captured from the caller; see Note [Thread-local state].
@@ -478,7 +479,9 @@ class Engine:
         outputs = None
         if gt.error is None:
             try:
-                if gt.exec_info is None and fn._hooks is None and not gt.uses_streams:
+                if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
+                    # (With exec_info, a node that runs and captures nothing is a needed node:
+                    # _route queues only runnable nodes.)
                     # The common case of _call_function, inlined (measured: -0.15 us/node).
                     if inputs and inputs[0] is None and _all_none(inputs):
                         outputs = [None] * len(fn.next_edges)
@@ -590,7 +593,7 @@ class Engine:
             g = outputs[i]
             if exec_info is not None:
                 # Skip nodes grad()/backward(inputs=) does not need, and edges cut by no_grad_vars.
-                if not (exec_info.get(nxt) or nxt in gt.captures) or (nxt, nr) in gt.cut:  # type: ignore[operator]
+                if nxt not in gt.runnable or (gt.cut and (nxt, nr) in gt.cut):
                     continue
             if streams and g is not None:
                 _sync_streams(fn, nxt, g)
