@@ -33,14 +33,18 @@ def build(layers: int, width: int, batch: int):
     return ws, x, fns
 
 
-def step(mode: str, fns, x, segments: int) -> None:
+def forward(mode: str, fns, x, segments: int):
+    """The model's output, plainly or through ``checkpoint_sequential`` (either variant)."""
     if mode == "plain":
         h = x
         for f in fns:
             h = f(h)
-    else:
-        h = engine.checkpoint_sequential(fns, segments, x, use_reentrant=(mode == "reentrant"))
-    h.mean().backward()
+        return h
+    return engine.checkpoint_sequential(fns, segments, x, use_reentrant=(mode == "reentrant"))
+
+
+def step(mode: str, fns, x, segments: int) -> None:
+    forward(mode, fns, x, segments).mean().backward()
 
 
 def measure(mode: str, fns, ws, x, segments: int, repeats: int) -> tuple[float, float, float]:
@@ -54,12 +58,7 @@ def measure(mode: str, fns, ws, x, segments: int, repeats: int) -> tuple[float, 
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    if mode == "plain":
-        h = x
-        for f in fns:
-            h = f(h)
-    else:
-        h = engine.checkpoint_sequential(fns, segments, x, use_reentrant=(mode == "reentrant"))
+    h = forward(mode, fns, x, segments)
     held = tracemalloc.get_traced_memory()[0] - base  # what the graph keeps for backward
     h.mean().backward()
     del h

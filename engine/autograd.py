@@ -12,8 +12,6 @@ import contextlib
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
 
-import numpy
-
 import devices
 
 from ._state import tls

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from ._state import tls
 from .creation import get_rng_state, set_rng_state
 from .function import Function
-from .grad_mode import enable_grad, no_grad
+from .grad_mode import enable_grad
 from .saved_hooks import saved_tensors_hooks
 from .tensor import Tensor
 

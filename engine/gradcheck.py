@@ -15,7 +15,7 @@ output element. Use float64 inputs: float32 cannot resolve ``eps=1e-6``.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy
 

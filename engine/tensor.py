@@ -281,7 +281,10 @@ _new_tensor = object.__new__
 
 
 def _wrap(data: Any, device: Device) -> Tensor:
-    """Internal constructor: ``data`` is already an array of ``device``. The op hot path."""
+    """Internal constructor: ``data`` is already an array of ``device``. The op hot path.
+
+    It repeats ``Tensor.__init__``'s slot assignments on purpose: a shared helper would add a
+    call to every op (about 0.07 us)."""
     t = _new_tensor(Tensor)
     t.data = data
     t.device = device

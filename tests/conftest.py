@@ -7,9 +7,9 @@ hanging the run.
 """
 from __future__ import annotations
 
-import threading
 
 import pytest
+from threads_util import run_threads
 
 import devices
 import engine
@@ -49,30 +49,4 @@ def virtual2() -> devices.Device:
 def run_in_threads():
     """``run_in_threads(n, fn)``: run ``fn(i)`` on n threads started together behind a
     barrier; re-raise the first exception any of them raised; return their results."""
-
-    def run(n: int, fn, timeout: float = 50.0):
-        barrier = threading.Barrier(n)
-        results = [None] * n
-        errors: list[BaseException] = []
-        lock = threading.Lock()
-
-        def body(i: int) -> None:
-            try:
-                barrier.wait()
-                results[i] = fn(i)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
-                with lock:
-                    errors.append(e)
-
-        threads = [threading.Thread(target=body, args=(i,), name=f"test-thread-{i}") for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout)
-        alive = [t.name for t in threads if t.is_alive()]
-        assert not alive, f"threads still running after {timeout}s: {alive}"
-        if errors:
-            raise errors[0]
-        return results
-
-    return run
+    return lambda n, fn, timeout=50.0: run_threads(n, fn, timeout)

@@ -7,44 +7,16 @@ gradients accumulated by many threads, in any order) is exact and compared with 
 """
 from __future__ import annotations
 
-import threading
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import devices
 import engine
 import ops
+from threads_util import run_threads  # noqa: F401 - re-exported for the stress tests
 
 DEVICES = ("cpu", "virtual:1", "virtual:2")
-
-
-def run_threads(n: int, fn: Callable[[int], Any], timeout: float = 120.0) -> list:
-    """Run ``fn(i)`` on ``n`` threads released together by a barrier; fail on a hang;
-    re-raise the first exception any thread raised; return the results by index."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = fn(i)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
-            with lock:
-                errors.append(e)
-
-    threads = [threading.Thread(target=body, args=(i,), name=f"stress-{i}", daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"threads still running after {timeout}s (hang): {alive}"
-    if errors:
-        raise errors[0]
-    return results
 
 
 def f64(values: Any, requires_grad: bool = True, device: Any = None) -> engine.Tensor:
