@@ -586,11 +586,9 @@ class Engine:
         exec_info = gt.exec_info
         streams = gt.uses_streams
         deferred = None
-        for i in range(len(edges)):
-            nxt, nr = edges[i]
+        for (nxt, nr), g in zip(edges, outputs):
             if nxt is None:
                 continue
-            g = outputs[i]
             if exec_info is not None:
                 # Skip nodes grad()/backward(inputs=) does not need, and edges cut by no_grad_vars.
                 if nxt not in gt.runnable or (gt.cut and (nxt, nr) in gt.cut):
@@ -608,7 +606,7 @@ class Engine:
                 continue
             # nxt is ready.
             del deps[nxt]
-            buf = not_ready.pop(nxt, None)
+            buf = not_ready.pop(nxt, None) if not_ready else None  # (a chain never has buffers)
             if buf is None and nxt.num_inputs == 1:
                 # A single-input node made ready by its only edge needs no buffer.
                 buf = [g]

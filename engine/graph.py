@@ -302,10 +302,20 @@ class Node:
         if saved is None:
             raise RuntimeError(FREED_MESSAGE + f" (node: {self.name()})")
         if len(saved) == 1:
-            # Fast path for the most common case, one plain saved tensor (-0.15 us, measured).
+            # Fast paths for the most common cases, one plain saved tensor or the node's own
+            # output, unchanged since it was saved (-0.15 us, measured).
             e = saved[0]
-            if type(e) is _Tensor and e._vc[0] == self._saved_ver[0]:
-                return (e,)
+            te = type(e)
+            if te is _Tensor:
+                if e._vc[0] == self._saved_ver[0]:
+                    return (e,)
+            elif te is SavedOutput and e.vc[0] == self._saved_ver[0]:
+                t = _wrap(e.data, e.device)
+                t.grad_fn = self
+                t._rg = True
+                t._vc = e.vc
+                t._output_nr = e.output_nr
+                return (t,)
         out = []
         for e, v in zip(saved, self._saved_ver):
             if e is None:
