@@ -27,7 +27,7 @@ def spirals(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--lr", type=float, default=0.4)
     args = parser.parse_args()
 
     engine.manual_seed(0)
