@@ -335,9 +335,27 @@ class Engine:
         tls.is_worker = True
         tls.local_queue = q
         tls.own_queue = q
-        if device.has_streams:
-            device.activate()  # the GPU is current on this thread from now on
+        try:
+            if device.has_streams:
+                device.activate()  # the GPU is current on this thread from now on
+        except BaseException as e:  # noqa: BLE001 - never leave tasks in a queue nobody serves
+            self._fail_all(q, device, e)
+            return
         self._thread_main(None)
+
+    def _fail_all(self, q: ReadyQueue, device: devices.Device, cause: BaseException) -> None:
+        """Serve ``q`` by failing every GraphTask that sends work to it (the worker could not
+        start on its device), so no backward waits forever. See Note [Errors]."""
+        while True:
+            _, _, gt, node, _ = q.pop()
+            if gt is None:
+                if node is _SHUTDOWN:
+                    return
+                continue
+            err = RuntimeError(f"the worker thread of {device} could not start: {cause!r}")
+            self._fail(gt, err, node)
+            with gt.lock:
+                gt.outstanding -= 1
 
     def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list) -> None:
         """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock).

@@ -779,3 +779,41 @@ def test_the_fake_device_does_not_leak(cupy_importable):
         assert not [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-cuda")]
         with pytest.raises(RuntimeError, match="cupy"):
             devices.get("cuda")
+
+
+@pytest.mark.timeout(60)
+def test_a_device_worker_that_cannot_start_fails_the_backward_instead_of_hanging():
+    import numpy
+
+    from devices.cuda import CudaDevice
+
+    class BrokenApi:
+        class Device:
+            def __init__(self, index):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def use(self):
+                raise OSError("driver gone")
+
+        @staticmethod
+        def get_current_stream(*args):
+            return None
+
+    broken = CudaDevice(7, numpy, BrokenApi)
+    devices.register("cuda:7", broken)
+    try:
+        x = engine.tensor([1.0, 2.0], requires_grad=True)
+        y = ops.to(x, "cuda:7") * 2.0
+        with pytest.raises(RuntimeError, match=r"the worker thread of cuda:7 could not start: OSError\('driver gone'\)"):
+            y.sum().backward()
+        (x * 3.0).sum().backward()  # the engine stays usable
+        assert x.grad.tolist() == [3.0, 3.0]
+    finally:
+        engine.get_engine().shutdown()
+        devices.unregister("cuda:7")
