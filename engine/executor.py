@@ -222,6 +222,17 @@ def _install(gt: GraphTask) -> None:
     tls.current_task = gt
 
 
+def _add_note(e: BaseException, note: str) -> None:
+    """``e.add_note(note)``; on Python 3.10 (no notes) the same ``__notes__`` list by hand."""
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+        return
+    try:
+        e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
+    except AttributeError:  # exceptions with __slots__ and no dict
+        pass
+
+
 def _add_node_to_message(e: BaseException, node: Node | None) -> None:
     """Name the failing node in the exception's message, once (nested backward re-raises)."""
     if node is None or getattr(e, "_threadgrad_node", None) is not None:
@@ -235,15 +246,11 @@ def _add_node_to_message(e: BaseException, node: Node | None) -> None:
         e.args = (e.args[0] + suffix,) + e.args[1:]
     elif not e.args:
         e.args = (suffix.strip(" []"),)
-    elif hasattr(e, "add_note"):
-        e.add_note(suffix.strip(" []"))
+    else:
+        _add_note(e, suffix.strip(" []"))
     trace = node.__dict__.get("_metadata", {}).get("traceback_")
     if trace is not None:
-        note = f"Traceback of forward call that caused the error (anomaly mode, node {node.name()}):\n" + "".join(trace)
-        if hasattr(e, "add_note"):
-            e.add_note(note)
-        else:  # Python 3.10: no notes; keep it reachable
-            e.__threadgrad_forward_trace__ = note  # type: ignore[attr-defined]
+        _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {node.name()}):\n" + "".join(trace))
 
 
 def _all_none(grads: list) -> bool:
