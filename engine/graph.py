@@ -214,6 +214,12 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
                 node._saved = (SavedOutput(t),) if t.grad_fn is node else (t,)
                 node._saved_ver = (t._vc[0],)
             return
+        if len(tensors) == 2:  # the binary ops (no comprehension: it is a function call in 3.11)
+            a, b = tensors
+            node._saved = (a if a is None or a.grad_fn is not node else SavedOutput(a),
+                           b if b is None or b.grad_fn is not node else SavedOutput(b))
+            node._saved_ver = (None if a is None else a._vc[0], None if b is None else b._vc[0])
+            return
         node._saved = tuple([None if t is None else SavedOutput(t) if t.grad_fn is node else t for t in tensors])
         node._saved_ver = tuple([None if t is None else t._vc[0] for t in tensors])
         return
