@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def profile_top(stats: Any, top: int) -> Iterable[tuple]:
+    """``(where, ncalls, own s, cumulative s)`` of the ``top`` functions of a pstats.Stats by
+    own time, ``where`` as ``path:line name`` with paths relative to the repository."""
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (path, line, name), (_, ncalls, tottime, cumtime, _) in rows:
+        where = path.replace(ROOT + "/", "") if path.startswith(ROOT) else path.rsplit("/", 1)[-1]
+        yield f"{where}:{line} {name}", ncalls, tottime, cumtime
 RESULTS_DIR = os.path.join(ROOT, "benchmarks", "results")
 
 if ROOT not in sys.path:

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy
 
 from _common import (  # noqa: E402 - _common puts the repo root on sys.path
-    ROOT,
+    profile_top,
     count_nodes,
     fmt,
     gc_paused,
@@ -163,13 +163,11 @@ def _profile_table(prof: cProfile.Profile, title: str, count: int, top: int) -> 
     """The ``top`` functions by own time, with per-call costs in µs (cProfile-inflated)."""
     st = pstats.Stats(prof)
     total = st.total_tt  # type: ignore[attr-defined]
-    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]  # type: ignore[attr-defined]
     lines = [f"### {title}: {total * 1e3:.1f} ms under cProfile = {total / count * 1e6:.2f} µs per node "
              "(cProfile inflates Python-heavy code about 3x; use the shares, not the absolute numbers)", "",
              "| function | calls | own µs/call | cumulative µs/call | own % |", "|---|---|---|---|---|"]
-    for (path, line, name), (_, ncalls, tottime, cumtime, _) in rows:
-        where = path.replace(ROOT + "/", "") if path.startswith(ROOT) else path.rsplit("/", 1)[-1]
-        lines.append(f"| `{where}:{line} {name}` | {ncalls} | {tottime / ncalls * 1e6:.2f} | "
+    for where, ncalls, tottime, cumtime in profile_top(st, top):
+        lines.append(f"| `{where}` | {ncalls} | {tottime / ncalls * 1e6:.2f} | "
                      f"{cumtime / ncalls * 1e6:.2f} | {tottime / total * 100:.1f} |")
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,7 @@ import numpy
 
 from _common import (  # noqa: E402 - _common puts the repo root on sys.path
     ROOT,
+    profile_top,
     Row,
     Table,
     count_nodes,
@@ -1102,13 +1103,11 @@ def breakdown(quick: bool) -> tuple[Table, str]:
 
 def _profile_listing(st: Any, nodes: int, top: int = 12) -> str:
     total = st.total_tt
-    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
     lines = [f"cProfile of one chain backward ({nodes:,} nodes): {total / nodes * 1e6:.2f} µs/node under the profiler "
              "(it inflates Python-heavy code about 2-3x: read the shares).", "",
              "| function | calls per node | own µs/node | own % |", "|---|---|---|---|"]
-    for (path, line, name), (_, ncalls, tottime, _, _) in rows:
-        where = path.replace(ROOT + "/", "") if path.startswith(ROOT) else path.rsplit("/", 1)[-1]
-        lines.append(f"| `{where}:{line} {name}` | {ncalls / nodes:.2f} | {tottime / nodes * 1e6:.3f} | "
+    for where, ncalls, tottime, _ in profile_top(st, top):
+        lines.append(f"| `{where}` | {ncalls / nodes:.2f} | {tottime / nodes * 1e6:.3f} | "
                      f"{tottime / total * 100:.1f} |")
     return "\n".join(lines) + "\n"
 

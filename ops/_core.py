@@ -76,8 +76,9 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
     return _wrap(arr, like.device)
 
 
-def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
-    """Both operands as tensors on one device; raises naming both devices otherwise."""
+def binary_operands(a: Any, b: Any, name: str, elementwise: bool = True) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors on one device; raises naming both devices otherwise. For an
+    ``elementwise`` op, shapes must broadcast (torch's RuntimeError otherwise)."""
     if type(a) is not Tensor or type(b) is not Tensor:
         if isinstance(a, Tensor):
             b = as_operand(b, a, name)
@@ -87,7 +88,7 @@ def binary_operands(a: Any, b: Any, name: str) -> tuple[Tensor, Tensor]:
             raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
     if a.device is not b.device:
         raise device_error(name, a, b)
-    if a.data.shape != b.data.shape and name != "matmul":
+    if elementwise and a.data.shape != b.data.shape:
         broadcast_check(a.data.shape, b.data.shape, name)
     if len(a._vc) > 2 or len(b._vc) > 2:  # See Note [Views and in-place]
         check_fresh(a, name)

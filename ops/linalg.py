@@ -57,7 +57,7 @@ class MatmulBackward0(MmBackward0):
 @register
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy's ``@`` rules (1-D operands, broadcast batch dims)."""
-    a, b = binary_operands(a, b, "matmul")
+    a, b = binary_operands(a, b, "matmul", elementwise=False)
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {list(a.shape)} and {list(b.shape)}")
     try:
