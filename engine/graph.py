@@ -340,6 +340,34 @@ class Node:
             out.append(e)
         return tuple(out)
 
+    def saved_arrays(self) -> tuple:
+        """What forward saved, as raw arrays (None stays None), with the same version checks
+        as :meth:`saved_tensors`: for first-order backward formulas, which compute on arrays
+        and build no Tensor for a saved value (see Note [First-order formulas] in ops/_core.py)."""
+        saved = self._saved
+        if saved is not None:
+            vers = self._saved_ver
+            out = []
+            for i in range(len(saved)):
+                e = saved[i]
+                te = type(e)
+                if te is _Tensor:
+                    if e._vc[0] != vers[i]:
+                        break
+                    out.append(e.data)
+                elif te is SavedOutput:
+                    if e.vc[0] != vers[i]:
+                        break
+                    out.append(e.data)
+                elif e is None:
+                    out.append(None)
+                else:
+                    break
+            else:
+                return tuple(out)
+        # Freed, modified or hooked: the general path raises or unpacks through the hooks.
+        return tuple([None if t is None else t.data for t in self.saved_tensors()])
+
     def release_variables(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""
         if self._saved:

@@ -103,3 +103,41 @@ def test_on_virtual_device(name: str) -> None:
         assert o.device is expected_dev, f"{name}: output on {o.device}"
     if s.grad:
         assert gradcheck(lambda *a: s.run(ops.REGISTRY[name], *a), ts)
+
+
+@pytest.mark.parametrize("name,i", CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_first_order_formulas_match_create_graph(name: str, i: int) -> None:
+    """A backward formula may take an array fast path when no graph is recorded (Note
+    [First-order formulas] in ops/_core.py): its gradients must equal the ops path's
+    (``create_graph=True``) bit for bit in float64, hold arrays (never numpy scalars, which
+    0-d results give), and accumulate into ``.grad`` over two backward calls."""
+    s = _case(name, i)
+    out = _outputs(s.run(ops.REGISTRY[name], *s.tensors))
+    for o in out:
+        assert type(o.data) is np.ndarray, f"{name} [{s}]: output holds {type(o.data).__name__}"
+    diff = [x for x in s.tensors if x.requires_grad]
+    if not (s.grad and diff and any(o.requires_grad for o in out)):
+        return
+    rng = np.random.default_rng(7)
+    weights = [engine.tensor(rng.uniform(0.5, 1.5, size=o.shape), dtype=o.dtype, device=o.device) for o in out]
+
+    def loss() -> engine.Tensor:
+        outs = _outputs(s.run(ops.REGISTRY[name], *s.tensors))
+        return ops.sum(ops.stack([ops.sum(o * w) for o, w in zip(outs, weights) if o.requires_grad]))
+
+    fast = engine.grad(loss(), diff, allow_unused=True)
+    slow = engine.grad(loss(), diff, allow_unused=True, create_graph=True)
+    for x, f, g in zip(diff, fast, slow):
+        assert (f is None) == (g is None), f"{name} [{s}]"
+        if f is None:
+            continue
+        assert type(f.data) is np.ndarray, f"{name} [{s}]: gradient holds {type(f.data).__name__}"
+        assert f.shape == x.shape and f.dtype == x.dtype, f"{name} [{s}]"
+        np.testing.assert_array_equal(f.detach().numpy(), g.detach().numpy(), err_msg=f"{name} [{s}]")
+    for x in diff:
+        x.grad = None
+    for _ in range(2):
+        loss().backward()
+    for x, f in zip(diff, fast):
+        if f is not None:
+            np.testing.assert_allclose(x.grad.numpy(), 2 * f.numpy(), rtol=1e-12, err_msg=f"{name} [{s}]")
