@@ -144,11 +144,11 @@ class SavedOutput:
     cycle output -> grad_fn -> saved output. Unpacking rebuilds a Tensor whose grad_fn is
     the node (alive, since it is the node doing the unpacking)."""
 
-    __slots__ = ("data", "vc", "output_nr", "device")
+    __slots__ = ("data", "_vc", "output_nr", "device")
 
     def __init__(self, t: "Tensor") -> None:
         self.data = t.data
-        self.vc = t._vc
+        self._vc = t._vc
         self.output_nr = t._output_nr
         self.device = t.device
 
@@ -156,7 +156,7 @@ class SavedOutput:
         t = _wrap(self.data, self.device)
         t.grad_fn = node
         t._rg = True
-        t._vc = self.vc
+        t._vc = self._vc
         t._output_nr = self.output_nr
         return t
 
@@ -315,11 +315,11 @@ class Node:
             if te is _Tensor:
                 if e._vc[0] == self._saved_ver[0]:
                     return (e,)
-            elif te is SavedOutput and e.vc[0] == self._saved_ver[0]:
+            elif te is SavedOutput and e._vc[0] == self._saved_ver[0]:
                 t = _wrap(e.data, e.device)
                 t.grad_fn = self
                 t._rg = True
-                t._vc = e.vc
+                t._vc = e._vc
                 t._output_nr = e.output_nr
                 return (t,)
         out = []
@@ -328,7 +328,7 @@ class Node:
                 out.append(None)
                 continue
             if type(e) is SavedOutput:
-                if e.vc[0] != v:
+                if e._vc[0] != v:
                     raise _modified_error(self, e.unpack(self), v)
                 out.append(e.unpack(self))
                 continue
@@ -343,28 +343,28 @@ class Node:
     def saved_arrays(self) -> tuple:
         """What forward saved, as raw arrays (None stays None), with the same version checks
         as :meth:`saved_tensors`: for first-order backward formulas, which compute on arrays
-        and build no Tensor for a saved value (see Note [First-order formulas] in ops/_core.py)."""
+        and build no Tensor for a saved value (see Note [First-order formulas] in ops/_core.py).
+
+        A saved Tensor and a SavedOutput both keep ``data`` and ``_vc``, so one test serves both."""
         saved = self._saved
-        if saved is not None:
+        if saved is not None:  # the fast paths, no loop (measured 0.40 -> 0.20 us for one)
             vers = self._saved_ver
-            out = []
-            for i in range(len(saved)):
-                e = saved[i]
-                te = type(e)
-                if te is _Tensor:
-                    if e._vc[0] != vers[i]:
-                        break
-                    out.append(e.data)
-                elif te is SavedOutput:
-                    if e.vc[0] != vers[i]:
-                        break
-                    out.append(e.data)
-                elif e is None:
-                    out.append(None)
-                else:
-                    break
+            n = len(saved)
+            if n == 1:
+                e = saved[0]
+                if e is not None and type(e) is not SavedHooked and e._vc[0] == vers[0]:
+                    return (e.data,)
+            elif n == 2:
+                a, b = saved
+                if ((a is None or (type(a) is not SavedHooked and a._vc[0] == vers[0]))
+                        and (b is None or (type(b) is not SavedHooked and b._vc[0] == vers[1]))):
+                    return (None if a is None else a.data, None if b is None else b.data)
             else:
-                return tuple(out)
+                for e, v in zip(saved, vers):
+                    if e is not None and (type(e) is SavedHooked or e._vc[0] != v):
+                        break
+                else:
+                    return tuple([None if e is None else e.data for e in saved])
         # Freed, modified or hooked: the general path raises or unpacks through the hooks.
         return tuple([None if t is None else t.data for t in self.saved_tensors()])
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit,
+from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit, grad_of,
                     record, register, result_dtype, tls)
 
 
@@ -82,8 +82,13 @@ class MulBackward0(_Binary):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        a, b = self.saved_tensors()
         ea, eb = self.next_edges
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.60 -> 1.82 us)
+            ad, bd = self.saved_arrays()
+            gd, dev = g.data, g.device
+            return (grad_of(gd * bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                    grad_of(gd * ad, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+        a, b = self.saved_tensors()
         return (fit(mul(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(mul(g, a), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
@@ -311,6 +316,9 @@ class TanhBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 3.07 -> 2.68 us)
+            (yd,) = self.saved_arrays()
+            return (_wrap(_tanh_grad(g.data, yd), g.device),)
         (out,) = self.saved_tensors()
         return (tanh_backward(g, out),)
 
@@ -327,13 +335,17 @@ class TanhBackwardBackward0(Node):
                 mul(mul(gg, g), mul(y, -2.0)) if ey[0] is not None else None)
 
 
+def _tanh_grad(gd: Any, yd: Any) -> Any:
+    # g - g*y*y, not g * (1 - y*y): three array-by-array ufuncs, no Python-float operand to
+    # convert (measured 1.56 -> 1.20 us on 16 elements; ``out=`` forms are slower)
+    return gd - gd * yd * yd
+
+
 def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * (1 - y**2)`` in one expression: tanh's backward, fused like torch's
     ``tanh_backward`` (one node instead of three; measured -2 us per tanh node) and itself
     differentiable for double backward."""
-    yd = y.data
-    # 1.0, not 1: a float scalar is 0.1 us cheaper per ufunc call; ``out=`` is slower still
-    out = _wrap(g.data * (1.0 - yd * yd), g.device)
+    out = _wrap(_tanh_grad(g.data, y.data), g.device)
     if tls.grad_enabled and (g._rg or y._rg):
         record(TanhBackwardBackward0(), (g, y), out, (g, y))
     return out
