@@ -176,7 +176,7 @@ class GraphTask:
         self.dependencies: dict[Node, int] = {}   # node -> incoming edges still expected
         self.not_ready: dict[Node, list] = {}     # node -> input buffer (one slot per input)
         self.outstanding = 0                      # see Note [Completion]
-        self.exec_info: dict[Node, bool] | None = None  # None: run everything reachable
+        self.exec_info: set[Node] | None = None  # the nodes that run; None: everything reachable
         self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
         self.captured: list = []
         self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
@@ -575,7 +575,7 @@ class Engine:
     def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
         """grad()/backward(inputs=): record the requested gradients arriving at ``fn``
         (after its tensor hooks, as PyTorch does), then run it only if it is needed."""
-        needed = gt.exec_info.get(fn, False)  # type: ignore[union-attr]
+        needed = fn in gt.exec_info  # type: ignore[operator]
         caps = gt.captures.get(fn)  # type: ignore[union-attr]
         if caps is None:
             return self._call_function(gt, fn, inputs, True) if needed else None
@@ -608,16 +608,15 @@ class Engine:
             )
         deps = gt.dependencies
         not_ready = gt.not_ready
-        exec_info = gt.exec_info
+        runnable = gt.runnable if gt.exec_info is not None else None
+        cut = gt.cut
         streams = gt.uses_streams
         deferred = None
         for (nxt, nr), g in zip(edges, outputs):
             if nxt is None:
                 continue
-            if exec_info is not None:
-                # Skip nodes grad()/backward(inputs=) does not need, and edges cut by no_grad_vars.
-                if nxt not in gt.runnable or (gt.cut and (nxt, nr) in gt.cut):
-                    continue
+            if runnable is not None and (nxt not in runnable or (cut and (nxt, nr) in cut)):
+                continue  # grad()/backward(inputs=) does not need nxt, or no_grad_vars cut the edge
             if streams and g is not None:
                 _sync_streams(fn, nxt, g)
             count = deps[nxt]
