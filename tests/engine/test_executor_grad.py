@@ -217,3 +217,25 @@ def test_grad_outputs_wrong_shape_raises():
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="Mismatch in shape"):
         engine.grad(x * 2, x, grad_outputs=engine.ones(3))
+
+
+@pytest.mark.parametrize("order", ["shared path first", "shared path second"])
+def test_grad_marks_a_node_needed_through_an_already_visited_successor(order: str) -> None:
+    """The needed nodes are found in one walk: a node whose only successor was finished
+    earlier (reached from another branch) must still be marked needed, whichever branch the
+    walk takes first."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    z = engine.tensor([4.0, 4.0], requires_grad=True)
+    a = x * 2
+    left = (a * 5).sum()
+    q = a * 3
+    ran = []
+    q.grad_fn.register_prehook(lambda g: ran.append("q"))
+    zbranch = z * 3
+    zbranch.grad_fn.register_prehook(lambda g: ran.append("z branch"))
+    right = q.sum() + zbranch.sum()
+    y = left + right if order == "shared path first" else right + left
+    (gx,) = engine.grad(y, x)
+    assert gx.tolist() == [16.0, 16.0]  # 2 * 5 + 2 * 3
+    assert ran == ["q"]
+    assert z.grad is None and x.grad is None
