@@ -19,8 +19,9 @@ op it calls, the checks a user-facing op needs (operand types, devices, dtype pr
 ``fit``) and a Tensor per intermediate: about 1.5 us of a 2-4 us node. So the hottest nodes
 (those a training step runs most) carry a second form of their formula, under
 ``if not tls.grad_enabled``, that computes on the arrays (``self.saved_arrays()``, ``g.data``)
-and wraps only the gradients it returns, through :func:`grad_of` (which falls back to ``fit``
-when broadcasting or dtype promotion must be undone). The ops form stays the definition and
+and wraps only the gradients it returns, through :func:`grad_of` (which undoes broadcasting
+and dtype promotion as ``fit`` does, on arrays: :func:`sum_to_array`; ``fit`` itself takes that
+path when no graph is recorded). The ops form stays the definition and
 serves ``create_graph``. ``test_first_order_formulas_match_create_graph`` runs every op sample
 both ways and requires equal gradients, so neither form can drift from the other.
 """
@@ -147,11 +148,26 @@ def sum_to(g: Tensor, shape: tuple) -> Tensor:
     from .reduce import sum as _sum
     from .shape import reshape
 
-    lead = g.ndim - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    dims = _sum_to_dims(g.shape, shape)
     if dims:
         g = _sum(g, dims, keepdim=True)
     return reshape(g, shape)
+
+
+def _sum_to_dims(gshape: tuple, shape: tuple) -> tuple:
+    """The dims :func:`sum_to` sums: the leading ones, and those where ``shape`` has 1."""
+    lead = len(gshape) - len(shape)
+    return tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1)
+
+
+def sum_to_array(d: Any, shape: tuple) -> Any:
+    """:func:`sum_to` on an array: the same numpy calls, so the same values (first-order formulas)."""
+    if d.shape == shape:
+        return d
+    dims = _sum_to_dims(d.shape, shape)
+    if dims:
+        d = d.sum(axis=dims, keepdims=True)
+    return d.reshape(shape)
 
 
 def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
@@ -159,6 +175,9 @@ def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
     d = g.data
     if d.shape == shape and d.dtype == dtype:
         return g
+    # On arrays when no graph is recorded (measured, AddBackward0 of (8, 16) + (16,): 7.16 -> 2.63 us)
+    if not tls.grad_enabled:  # See Note [First-order formulas]
+        return _wrap(cast(sum_to_array(d, shape), dtype), g.device)
     g = sum_to(g, shape)
     if g.dtype != dtype:
         from .device import to
@@ -169,11 +188,11 @@ def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
 
 def grad_of(d: Any, shape: tuple, dtype: Any, device: Any) -> Tensor:
     """A first-order formula's result array ``d`` as the gradient for an input of
-    ``shape``/``dtype``: wrapped as it is in the usual case, else reduced and cast by ``fit``.
-    See Note [First-order formulas]."""
+    ``shape``/``dtype``: wrapped as it is in the usual case, else reduced and cast as ``fit``
+    does. See Note [First-order formulas]."""
     if d.shape == shape and d.dtype == dtype:
         return _wrap(d, device)
-    return fit(_wrap(d, device), shape, dtype)
+    return _wrap(cast(sum_to_array(d, shape), dtype), device)
 
 
 # Type categories for promotion, in torch's order: bool < integer < floating < complex.

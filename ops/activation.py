@@ -25,6 +25,9 @@ class SigmoidBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.90 -> 1.45 us)
+            (yd,) = self.saved_arrays()
+            return (_wrap(_sigmoid_grad(g.data, yd), g.device),)
         (out,) = self.saved_tensors()
         return (sigmoid_backward(g, out),)
 
@@ -41,10 +44,15 @@ class SigmoidBackwardBackward0(Node):
                 mul(mul(gg, g), sub(1, mul(y, 2.0))) if ey[0] is not None else None)
 
 
+def _sigmoid_grad(gd: Any, yd: Any) -> Any:
+    # (y - y*y) * g, not g * (y * (1 - y)): array-by-array ufuncs only, no Python-float
+    # operand to convert (as _tanh_grad in elementwise.py; measured 0.96 -> 0.74 us on 16 elements)
+    return (yd - yd * yd) * gd
+
+
 def sigmoid_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * y * (1 - y)`` fused into one node (like torch's ``sigmoid_backward``)."""
-    yd = y.data
-    out = _wrap(g.data * (yd * (1.0 - yd)), g.device)
+    out = _wrap(_sigmoid_grad(g.data, y.data), g.device)
     if tls.grad_enabled and (g._rg or y._rg):
         record(SigmoidBackwardBackward0(), (g, y), out, (g, y))
     return out
@@ -70,6 +78,9 @@ class ReluBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.68 -> 1.72 us)
+            (yd,) = self.saved_arrays()
+            return (_wrap(g.data * (yd > 0), g.device),)  # the bool mask multiplies as 0.0/1.0, as below
         (out,) = self.saved_tensors()
         # The mask is a constant: relu's second derivative is zero almost everywhere.
         return (mul(g, const((out.data > 0).astype(g.dtype), g)),)
@@ -195,6 +206,10 @@ class LogSoftmaxBackward0(Node):
     __slots__ = ("dim",)
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 7.97 -> 3.25 us)
+            (yd,) = self.saved_arrays()
+            gd = g.data
+            return (_wrap(gd - g.device.xp.exp(yd) * gd.sum(axis=self.dim, keepdims=True), g.device),)
         from .reduce import sum as _sum
 
         (out,) = self.saved_tensors()

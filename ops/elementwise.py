@@ -108,8 +108,16 @@ class DivBackward0(_Binary):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        a, b = self.saved_tensors()
         ea, eb = self.next_edges
+        gd = g.data
+        # See Note [First-order formulas] (measured: 5.78 -> 2.52 us); only where no dtype promotion
+        # is to be mirrored (div and mul cast their results to torch's dtype)
+        if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
+            ad, bd = self.saved_arrays()
+            dev = g.device
+            return (grad_of(gd / bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                    grad_of(-(gd * ad / (bd * bd)), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+        a, b = self.saved_tensors()
         return (fit(div(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(neg(div(mul(g, a), mul(b, b))), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
@@ -150,8 +158,15 @@ class PowBackward0(Node):
     __slots__ = ("exponent",)
 
     def backward(self, g: Tensor) -> tuple:
-        (a,) = self.saved_tensors()
         e = self.exponent
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, x ** 2: 4.63 -> 2.04 us)
+            (ad,) = self.saved_arrays()
+            gd = g.data
+            if e == 0:
+                return (_wrap(gd * 0.0, g.device),)
+            # e as mul(g, e) takes it: an array of g's dtype (a numpy float64 e would promote)
+            return (_wrap(gd * g.device.xp.asarray(e, dtype=gd.dtype) * ad ** (e - 1), g.device),)
+        (a,) = self.saved_tensors()
         if e == 0:
             return (mul(g, 0.0),)
         return (mul(mul(g, e), pow(a, e - 1)),)
@@ -207,6 +222,9 @@ class ExpBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.50 -> 0.97 us)
+            (yd,) = self.saved_arrays()
+            return (_wrap(g.data * yd, g.device),)
         (out,) = self.saved_tensors()
         return (mul(g, out),)
 
@@ -225,6 +243,9 @@ class LogBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.46 -> 0.96 us)
+            (xd,) = self.saved_arrays()
+            return (_wrap(g.data / xd, g.device),)
         (x,) = self.saved_tensors()
         return (div(g, x),)
 

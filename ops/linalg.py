@@ -7,7 +7,7 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, binary_operands, fit, record, register, tls
+from ._core import Node, binary_operands, fit, grad_of, record, register, tls
 
 
 def _mT(t: Tensor) -> Tensor:
@@ -22,8 +22,15 @@ class MmBackward0(Node):
     __slots__ = ("a_shape", "a_dtype", "b_shape", "b_dtype")
 
     def backward(self, g: Tensor) -> tuple:
-        a, b = self.saved_tensors()
         ea, eb = self.next_edges
+        # Measured on (64, 784) @ (784, 512) float32; on (4, 8) @ (8, 6), wrappers only: 8.9 -> 3.8 us
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 597 -> 587 us)
+            ad, bd = self.saved_arrays()
+            gd, dev = g.data, g.device
+            mT = dev.xp.swapaxes  # as _mT's transpose does
+            return (grad_of(gd @ mT(bd, -1, -2), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                    grad_of(mT(ad, -1, -2) @ gd, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+        a, b = self.saved_tensors()
         return (fit(matmul(g, _mT(b)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(matmul(_mT(a), g), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
@@ -36,21 +43,23 @@ class MatmulBackward0(MmBackward0):
     def backward(self, g: Tensor) -> tuple:
         from .shape import reshape, unsqueeze
 
-        a, b = self.saved_tensors()
-        a2 = unsqueeze(a, 0) if a.ndim == 1 else a
-        b2 = unsqueeze(b, -1) if b.ndim == 1 else b
-        batch = numpy.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-        g2 = reshape(g, batch + (a2.shape[-2], b2.shape[-1]))  # g with the lifted dims put back
+        a, b = self.saved_tensors()  # a is None when b needs no gradient, and b when a needs none
+        a2_shape = (1,) + self.a_shape if len(self.a_shape) == 1 else self.a_shape
+        b2_shape = self.b_shape + (1,) if len(self.b_shape) == 1 else self.b_shape
+        batch = numpy.broadcast_shapes(a2_shape[:-2], b2_shape[:-2])
+        g2 = reshape(g, batch + (a2_shape[-2], b2_shape[-1]))  # g with the lifted dims put back
         ea, eb = self.next_edges
         ga = gb = None
         if ea[0] is not None:
-            ga = fit(matmul(g2, _mT(b2)), a2.shape, self.a_dtype)  # batch dims summed away
-            if a.ndim == 1:
-                ga = reshape(ga, a.shape)
+            b2 = unsqueeze(b, -1) if b.ndim == 1 else b
+            ga = fit(matmul(g2, _mT(b2)), a2_shape, self.a_dtype)  # batch dims summed away
+            if a2_shape != self.a_shape:
+                ga = reshape(ga, self.a_shape)
         if eb[0] is not None:
-            gb = fit(matmul(_mT(a2), g2), b2.shape, self.b_dtype)
-            if b.ndim == 1:
-                gb = reshape(gb, b.shape)
+            a2 = unsqueeze(a, 0) if a.ndim == 1 else a
+            gb = fit(matmul(_mT(a2), g2), b2_shape, self.b_dtype)
+            if b2_shape != self.b_shape:
+                gb = reshape(gb, self.b_shape)
         return (ga, gb)
 
 

@@ -19,7 +19,17 @@ def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
 class SumBackward0(Node):
     __slots__ = ("in_shape", "dims", "keepdim")
 
+    def _expanded(self, g: Tensor) -> Any:
+        """g's array as the ops below make it: reshaped to keepdim's shape, broadcast to the input's."""
+        gd = g.data
+        if not self.keepdim:
+            gd = gd.reshape(keepdim_shape(self.in_shape, self.dims))
+        return gd if gd.shape == self.in_shape else g.device.xp.broadcast_to(gd, self.in_shape)
+
     def backward(self, g: Tensor) -> tuple:
+        # Measured on a full sum of (16,); dim 1 of (8, 16): 6.27 -> 3.20 us
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 6.09 -> 3.09 us)
+            return (_wrap(self._expanded(g), g.device),)
         from .shape import expand, reshape
 
         if not self.keepdim:
@@ -45,6 +55,9 @@ class MeanBackward0(SumBackward0):
     __slots__ = ("count",)
 
     def backward(self, g: Tensor) -> tuple:
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 9.27 -> 3.66 us)
+            d = self._expanded(g)
+            return (_wrap(d / g.device.xp.asarray(self.count, dtype=d.dtype), g.device),)  # the count as div takes it
         from .elementwise import div
 
         return (div(super().backward(g)[0], self.count),)

@@ -127,3 +127,15 @@ def test_gelu_exact_and_tanh() -> None:
 def test_where_requires_bool_condition() -> None:
     with pytest.raises(TypeError, match="bool"):
         ops.where(engine.ones(2), engine.ones(2), engine.zeros(2))
+
+
+@pytest.mark.parametrize("needs", ["matrix", "vector"])
+def test_matmul_with_a_1d_operand_when_only_one_side_requires_grad(needs: str) -> None:
+    """The operand that needs no gradient is not saved: the backward must not read it."""
+    m = engine.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], requires_grad=needs == "matrix")
+    v = engine.tensor([1.0, -1.0], requires_grad=needs == "vector")
+    ops.matmul(m, v).sum().backward()
+    if needs == "vector":
+        assert v.grad.tolist() == [9.0, 12.0] and m.grad is None
+    else:
+        assert m.grad.tolist() == [[1.0, -1.0]] * 3 and v.grad is None
