@@ -13,7 +13,7 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (Node, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, register,
+from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, register,
                     result_dtype, share_version, sum_to_array, tls)
 
 
@@ -130,7 +130,7 @@ def expand(x: Tensor, shape: Any) -> Tensor:
     if shape == x.shape:
         return x if not (tls.grad_enabled and x._rg) else _expand_record(x, x.data, shape)
     try:
-        data = x.device.xp.broadcast_to(x.data, shape)
+        data = broadcast_array(x.data, shape, x.device.xp)
     except ValueError:
         raise RuntimeError(f"expand: the shape {list(x.shape)} cannot be expanded to {list(shape)}") from None
     return _expand_record(x, data, shape)
