@@ -260,8 +260,13 @@ class Node:
     __slots__ = ("next_edges", "sequence_nr", "_saved", "_saved_ver", "__dict__", "__weakref__")
 
     num_inputs = 1  # gradients this node takes = outputs of its forward op
+    apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.apply_is_backward = cls.apply is Node.apply
 
     def name(self) -> str:
         """PyTorch-style name, e.g. ``"MulBackward0"``."""
