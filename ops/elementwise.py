@@ -212,7 +212,7 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
 
 def _float_input(x: Tensor, name: str) -> Any:
     """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...)."""
-    if type(x) is not Tensor:
+    if type(x) is not Tensor or len(x._vc) > 2:  # not a Tensor, or a view to check (Note [Views and in-place])
         check_tensor(x, name)
     d = x.data
     return d if d.dtype.kind in "fc" else d.astype("float32")

@@ -141,3 +141,19 @@ def test_first_order_formulas_match_create_graph(name: str, i: int) -> None:
     for x, f in zip(diff, fast):
         if f is not None:
             np.testing.assert_allclose(x.grad.numpy(), 2 * f.numpy(), rtol=1e-12, err_msg=f"{name} [{s}]")
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_op_refuses_a_stale_view(name: str) -> None:
+    """A view whose root was changed by a recorded in-place op has an out-of-date graph
+    (Note [Views and in-place]): every op must refuse it rather than compute wrong gradients."""
+    s = SAMPLES[name]()[0]
+    first = s.tensors[0] if s.tensors else None
+    if first is None or first.dtype.kind != "f" or not s.grad:
+        pytest.skip("no float tensor input to replace")
+    x = engine.tensor(np.stack([first.detach().numpy()] * 2), requires_grad=True)
+    root = x * 1.0
+    view = root[0]
+    root.mul_(2.0)
+    with pytest.raises(RuntimeError, match="out of date"):
+        s.run(ops.REGISTRY[name], view, *s.tensors[1:])
