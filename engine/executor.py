@@ -491,11 +491,15 @@ class Engine:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:
                         break
-                    # See Note [Continuation]: run the successor now, unless other work arrived.
+                    # See Note [Continuation]: run the successor now, unless a queued task
+                    # comes first (only this thread pops q, so its top cannot move away).
                     node, inputs = nxt
-                    if q._heap:
-                        q.push(-(gt.prio_base | node.sequence_nr), gt, node, inputs)
-                        break
+                    heap = q._heap
+                    if heap:
+                        prio = -(gt.prio_base | node.sequence_nr)
+                        if heap[0][0] < prio:
+                            q.push(prio, gt, node, inputs)
+                            break
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 q.purge(wait_for)
@@ -604,9 +608,9 @@ class Engine:
         """Send each output gradient to its successor's input buffer; queue the successors
         that became ready (caller holds gt.lock). One dict operation per edge.
 
-        With ``may_defer`` (this thread serves the owner queue), the first successor that
-        becomes ready on cpu is not queued but returned, counted as outstanding, for the
-        caller to run next. See Note [Continuation]."""
+        With ``may_defer`` (this thread serves the owner queue), the highest-priority
+        successor that becomes ready on cpu is not queued but returned, counted as
+        outstanding, for the caller to run next. See Note [Continuation]."""
         edges = fn.next_edges
         if len(outputs) != len(edges):
             raise RuntimeError(
@@ -647,11 +651,15 @@ class Engine:
                 if g is not None:
                     _buffer_add(buf, nr, g, nxt, streams)
                 device = _buffer_device(buf)
-            if may_defer and deferred is None and not device.needs_worker:
-                gt.outstanding += 1
-                deferred = (nxt, buf)
-            else:
-                self._push(gt, device, nxt, buf)
+            if may_defer and not device.needs_worker:
+                if deferred is None:
+                    gt.outstanding += 1
+                    deferred = (nxt, buf)
+                    continue
+                if nxt.sequence_nr > deferred[0].sequence_nr:
+                    # Keep the higher-priority one back (Note [Continuation]); queue the other.
+                    nxt, buf, deferred = deferred[0], deferred[1], (nxt, buf)
+            self._push(gt, device, nxt, buf)
         return deferred
 
     def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None) -> None:

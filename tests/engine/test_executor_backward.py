@@ -392,3 +392,53 @@ def test_ops_on_virtual_device_backward_exact(virtual1):
     y.backward()
     assert x.grad.device is x.device
     assert x.grad.tolist() == [6.0, 12.0]
+
+
+def _reference_order(root: engine.Tensor) -> list:
+    """PyTorch's single-thread schedule, simulated: of the ready nodes, the one with the
+    highest sequence_nr runs first (AccumulateGrad's is the highest of all)."""
+    import heapq
+
+    deps: dict = {}
+    stack, seen = [root.grad_fn], {root.grad_fn}
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None:
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+    order, ready = [], [(-root.grad_fn.sequence_nr, id(root.grad_fn), root.grad_fn)]
+    while ready:
+        node = heapq.heappop(ready)[2]
+        order.append(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    heapq.heappush(ready, (-nxt.sequence_nr, id(nxt), nxt))
+    return order
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_run_order_is_the_priority_schedule_on_random_graphs(seed: int) -> None:
+    """The continuation shortcut (Note [Continuation]) keeps the exact priority order:
+    random DAGs of unary and binary ops run their nodes in the reference schedule's order."""
+    rng = np.random.default_rng(seed)
+    x = engine.tensor([0.3, -0.2], requires_grad=True)
+    pool = [x, x * 2.0]
+    for _ in range(40):
+        a = pool[rng.integers(len(pool))]
+        if rng.random() < 0.5:
+            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * 1.5)
+        else:
+            pool.append(a + pool[rng.integers(len(pool))])
+    y = ops.sum(ops.stack(pool[-6:]))
+    ran = []
+    for node in _reference_order(y):
+        if node.name() != "AccumulateGrad":
+            node.register_prehook(lambda g, node=node: ran.append(node))
+    expected = [n for n in _reference_order(y) if n.name() != "AccumulateGrad"]
+    y.backward()
+    assert [n.name() for n in ran] == [n.name() for n in expected]
+    assert ran == expected
