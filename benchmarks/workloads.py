@@ -946,12 +946,6 @@ def _identity(x: Any) -> Any:
     return out
 
 
-def _tanh_as_written(g: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
-    """``g * (1.0 - y * y)``, as ops.tanh_backward writes it (a Python float constant); the
-    floor used in the table is the same math with a cached 0-d ``one`` array."""
-    return g * (1.0 - y * y)
-
-
 _EXECUTOR_BUCKETS = (
     ("dependency count before running (`_compute_dependencies`)", ("_compute_dependencies",)),
     ("running a node: `_run_task` (checks, release of saved tensors, GraphTask lock)", ("_run_task",)),
@@ -1038,23 +1032,21 @@ def breakdown(quick: bool) -> tuple[Table, str]:
     gd, outd = g.data, th.data
     tn, mn = th.grad_fn, mu.grad_fn
     idn = _identity(x).grad_fn
-    one = numpy.ones((), dtype=numpy.float64)
     dev = g.device
-    us = per_call_us({
-        "tanh_apply": lambda: tn.apply([g]),
-        "mul_apply": lambda: mn.apply([g]),
-        "tanh_numpy": lambda: gd * (one - outd * outd),
-        "tanh_inplace": lambda: _tanh_as_written(gd, outd),
-        "mul_numpy": lambda: gd * ca,
-        "wrap": lambda: _wrap(gd, dev),
-        "ident_apply": lambda: idn.apply([g]),
-        "tanh_saved": tn.saved_tensors,
-        "mul_saved": mn.saved_tensors,
-    }, repeats=5 if quick else 9)
+    with engine.no_grad():  # as the executor runs them without create_graph: the first-order formulas
+        us = per_call_us({
+            "tanh_apply": lambda: tn.apply([g]),
+            "mul_apply": lambda: mn.apply([g]),
+            "tanh_numpy": lambda: gd - gd * outd * outd,  # the form TanhBackward0 computes
+            "mul_numpy": lambda: gd * ca,
+            "wrap": lambda: _wrap(gd, dev),
+            "ident_apply": lambda: idn.apply([g]),
+            "tanh_saved": tn.saved_arrays,
+            "mul_saved": mn.saved_arrays,
+        }, repeats=5 if quick else 9)
     formulas = (us["tanh_apply"] + us["mul_apply"]) / 2
     numpy_floor = (us["tanh_numpy"] + us["mul_numpy"]) / 2
-    saved = (us["tanh_saved"] + us["mul_saved"]) / 2  # tanh's unpack builds one Tensor (a `_wrap`)
-    inplace_extra = max(0.0, us["tanh_inplace"] - us["tanh_numpy"]) / 2  # half the nodes are tanh
+    saved = (us["tanh_saved"] + us["mul_saved"]) / 2
 
     # Count Tensor allocations per node in one chain backward (cProfile counts calls exactly).
     xx = engine.tensor(xa, dtype=xa.dtype, requires_grad=True)
@@ -1079,20 +1071,18 @@ def breakdown(quick: bool) -> tuple[Table, str]:
         ("op backward formulas: `node.apply` alone, mean of TanhBackward0 and MulBackward0", formulas),
         ("  of which numpy ufunc calls (the same math on raw arrays, fastest form)", numpy_floor),
         (f"  of which Tensor allocation: {wraps:.1f} `_wrap` per node x {us['wrap']:.2f} µs", alloc),
-        ("  of which `saved_tensors()`: unpacking with version checks (its `_wrap` counted above)",
-         saved - us["wrap"] / 2),
-        ("  of which `tanh_backward`'s numpy form (a Python float constant), over the fastest form", inplace_extra),
-        ("  of which the rest of the op wrappers (operand checks, dtype/shape logic, dispatch, grad-mode tests)",
-         formulas - numpy_floor - alloc - (saved - us["wrap"] / 2) - inplace_extra),
+        ("  of which `saved_arrays()`: the saved arrays, with version checks", saved),
+        ("  of which the rest (the call, the grad-mode test, `grad_of`'s shape and dtype check)",
+         formulas - numpy_floor - alloc - saved),
         ("executor + formulas (vs measured)", executor + formulas),
     ]
     for label, v in rows:
         t.rows.append(Row(label, {"µs/node": v, "share": v / total}, show_ratio=False))
     t.notes = [
-        f"Per-call times of the formulas: TanhBackward0 {us['tanh_apply']:.2f} µs (numpy part "
-        f"{us['tanh_numpy']:.2f} as `g * (one - y * y)`; {us['tanh_inplace']:.2f} as "
-        f"ops.tanh_backward writes it, `g * (1.0 - y * y)`), MulBackward0 {us['mul_apply']:.2f} µs (numpy part {us['mul_numpy']:.2f}); "
-        f"an identity node's `apply` is {us['ident_apply']:.2f} µs of the executor row.",
+        f"Per-call times of the formulas, under no_grad as the executor runs them (the first-order forms, "
+        f"Note [First-order formulas] in ops/_core.py): TanhBackward0 {us['tanh_apply']:.2f} µs (numpy part "
+        f"{us['tanh_numpy']:.2f}, `g - g * y * y`), MulBackward0 {us['mul_apply']:.2f} µs (numpy part "
+        f"{us['mul_numpy']:.2f}); an identity node's `apply` is {us['ident_apply']:.2f} µs of the executor row.",
         "The chain alternates the two node types, so the formula row is their mean. The `share` column divides by "
         "the measured chain backward; the last row checks that the parts add up.",
         "The executor's sub-rows split its measured time by cProfile own-time shares on the identity chain: "
