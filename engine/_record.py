@@ -10,7 +10,7 @@ from __future__ import annotations
 import traceback
 from typing import Sequence
 
-from ._state import tls
+from ._state import tls, used
 from .graph import NO_EDGE, Node, _next_seq, pack_saved
 from .tensor import Tensor, grad_accumulator
 
@@ -77,5 +77,5 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
     else:
         node._saved = ()
         node._saved_ver = ()
-    if tls.anomaly:
+    if used.anomaly and tls.anomaly:  # See Note [Used flags] in _state.py
         node.metadata["traceback_"] = traceback.format_stack()[:-1]

@@ -44,3 +44,23 @@ class _ThreadState(threading.local):
 
 
 tls = _ThreadState()
+
+
+class _Used:
+    """Process-wide, sticky: has any thread ever turned this feature on? See Note [Used flags]."""
+
+    anomaly = False
+    saved_hooks = False
+
+
+# Note [Used flags]
+# ~~~~~~~~~~~~~~~~~
+# Reading a thread-local attribute costs several times a plain attribute (threading.local
+# finds this thread's dict first); recording an op used to read two that are almost always off: anomaly mode
+# (record) and the saved-tensor hooks stack (pack_saved). ``used`` says whether any thread
+# ever switched the feature on: the only ways to switch them on (detect_anomaly /
+# set_detect_anomaly, saved_tensors_hooks) set it first, and nothing resets it, so while it
+# is False every thread's value is off and the thread-local need not be read. Other
+# threads get the values only from a thread that set them (the executor's ``_install``,
+# ``_async``), after the flag. Measured: chain forward 20,948 -> 20,469 instructions per op.
+used = _Used()

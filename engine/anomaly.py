@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._state import tls
+from ._state import tls, used
 
 
 def is_anomaly_enabled() -> bool:
@@ -38,6 +38,7 @@ class detect_anomaly:
 
     def __enter__(self) -> None:
         self._prev = (tls.anomaly, tls.anomaly_check_nan)
+        used.anomaly = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.anomaly, tls.anomaly_check_nan = True, self.check_nan
 
     def __exit__(self, *exc: Any) -> None:
@@ -49,6 +50,8 @@ class set_detect_anomaly:
 
     def __init__(self, mode: bool, check_nan: bool = True) -> None:
         self._prev = (tls.anomaly, tls.anomaly_check_nan)
+        if mode:
+            used.anomaly = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.anomaly, tls.anomaly_check_nan = bool(mode), bool(check_nan)
 
     def __enter__(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._state import tls
+from ._state import tls, used
 from .tensor import Tensor, _wrap
 
 
@@ -31,6 +31,7 @@ class saved_tensors_hooks:
 
     def __enter__(self) -> "saved_tensors_hooks":
         self._prev = tls.saved_hooks
+        used.saved_hooks = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.saved_hooks = self._prev + ((self.pack_hook, self.unpack_hook),)
         return self
 

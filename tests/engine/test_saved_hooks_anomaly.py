@@ -137,3 +137,37 @@ def test_nodes_record_a_trace_only_in_anomaly_mode():
     assert "traceback_" not in (x * 2).grad_fn.metadata
     with engine.detect_anomaly():
         assert "traceback_" in (x * 2).grad_fn.metadata
+
+
+@pytest.mark.timeout(60)
+def test_features_first_switched_on_in_a_fresh_process_take_effect() -> None:
+    """Note [Used flags]: recording skips the anomaly and saved-hooks thread-locals until a
+    thread first switches one on. In a fresh process (flags unset), the first use, on a
+    thread other than the one that recorded before, must still take effect."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import threading, engine, ops
+        from engine._state import used
+        x = engine.tensor([0.5], requires_grad=True)
+        ops.tanh(x)  # recorded with both flags unset
+        assert not used.anomaly and not used.saved_hooks
+        seen = []
+        def worker():
+            with engine.saved_tensors_hooks(lambda t: seen.append("pack") or t, lambda p: p):
+                y = ops.tanh(x)
+            with engine.detect_anomaly():
+                z = ops.exp(x)
+            seen.append("traceback_" in z.grad_fn.metadata)
+            y.sum().backward()
+        t = threading.Thread(target=worker)
+        t.start(); t.join()
+        assert seen == ["pack", True], seen
+        assert abs(x.grad.item() - (1 - __import__("math").tanh(0.5) ** 2)) < 1e-6
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
