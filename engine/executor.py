@@ -435,8 +435,13 @@ class Engine:
         with gt.lock:
             self._push(gt, _cpu, root, [])
         if tls.depth >= self.max_recursion_depth:
-            self._pool.submit(lambda: self._run_on_pool(gt))
-            gt.future.exception()  # wait, without raising here: the caller reads the future
+            # Wait for the pool thread to *leave* this queue, not only for gt to finish: a
+            # queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
+            # future let this thread pop again while the pool thread was still running a
+            # task it had popped, and a completion it then made woke no one: a hang.
+            left = threading.Event()
+            self._pool.submit(lambda: self._run_on_pool(gt, left))
+            left.wait()
             return
         prev_total = tls.total_depth
         tls.depth += 1
@@ -447,7 +452,7 @@ class Engine:
             tls.depth -= 1
             tls.total_depth = prev_total
 
-    def _run_on_pool(self, gt: GraphTask) -> None:
+    def _run_on_pool(self, gt: GraphTask, left: threading.Event) -> None:
         tls.local_queue = gt.owner_queue
         tls.total_depth = gt.depth
         tls.depth = 0
@@ -456,6 +461,7 @@ class Engine:
         finally:
             tls.local_queue = None
             tls.total_depth = 0
+            left.set()
 
     def run_async(self, job: Callable[[], None]) -> None:
         """Run ``job`` (a whole backward call) on a pool thread."""
@@ -497,7 +503,7 @@ class Engine:
                     heap = q._heap
                     if heap:
                         prio = -(gt.prio_base | node.sequence_nr)
-                        if heap[0][0] < prio:
+                        if heap[0][0] <= prio:  # (<=: an equal key queued earlier pops first)
                             q.push(prio, gt, node, inputs)
                             break
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting

@@ -273,3 +273,58 @@ def test_nested_grad_with_create_graph_inside_backward():
     x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
     GradNorm.apply(x).sum().backward()
     assert x.grad.tolist() == [6.0, 12.0]
+
+
+@pytest.mark.timeout(60)
+def test_pool_hop_keeps_one_consumer_per_queue_and_the_caller_returns() -> None:
+    """Past max_recursion_depth the child runs on a pool thread serving the caller's queue.
+    The caller must not pop that queue again until the pool thread has left it: here the
+    pool thread is busy in a parent node (Slow) when the child completes on virtual:1's
+    worker, and then finishes the parent itself. Waiting on the child's future instead let
+    the caller return to popping, and the parent's completion woke no one (a hang)."""
+    eng = engine.get_engine()
+    child_done = threading.Event()
+
+    class Slow(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            child_done.wait(10)
+            # Widen the window in which the old code's caller went back to popping; the
+            # fixed code does not depend on it (the caller waits for this thread to leave).
+            threading.Event().wait(0.2)
+            return g
+
+    class Reent(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            v = ops.to(engine.tensor([1.0, 2.0]), "virtual:1").detach().requires_grad_()
+            v.register_post_accumulate_grad_hook(lambda t: child_done.set())
+            with engine.enable_grad():
+                inner = (v * 2.0).sum()
+            inner.backward()  # past the depth limit: runs on a pool thread
+            assert v.grad.tolist() == [2.0, 2.0]
+            return g
+
+    a = engine.tensor([1.0, 2.0], requires_grad=True)
+    b = engine.tensor([3.0, 4.0], requires_grad=True)
+    s = Slow.apply(b).sum()  # recorded first: queued behind Reent's branch
+    n = Reent.apply(a).sum()
+    prev = eng.max_recursion_depth
+    eng.max_recursion_depth = 0
+    try:
+        done = []
+        t = threading.Thread(target=lambda: ((s + n).backward(), done.append(True)), daemon=True)
+        t.start()
+        t.join(30)
+        assert done == [True], "backward did not return"
+    finally:
+        eng.max_recursion_depth = prev
+    assert a.grad.tolist() == [1.0, 1.0] and b.grad.tolist() == [1.0, 1.0]
