@@ -353,14 +353,17 @@ _OWNED_REFS = _array_refs(_wrap(numpy.empty(1), _cpu))
 def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
     """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock).
 
-    Under grad mode (create_graph) the sum is recorded in the graph. Otherwise the first
+    Under grad mode (create_graph) the first gradient is copied and the sums are out of
+    place, both recorded in the graph (torch's clone). Otherwise the first
     gradient is adopted without a copy when no other Tensor shares its array (PyTorch's
     "steal" rule, checked by reference count) and copied otherwise; later gradients are
     added in place, so ``.grad`` keeps its identity across backward calls.
     """
     old = var._grad
     if tls.grad_enabled:
-        var._grad = g if old is None else old + g
+        # A recorded copy, as torch clones here: adopting g would let .grad alias the caller's
+        # root gradient or a read-only broadcast view, which a later backward adds into in place.
+        var._grad = g.clone() if old is None else old + g
         return
     if old is None:
         # Count references before binding the array to a local (a local adds one).

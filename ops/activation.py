@@ -25,7 +25,7 @@ class SigmoidBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.90 -> 1.45 us)
+        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.77 -> 1.62 us)
             (yd,) = self.saved_arrays()
             return (_wrap(_sigmoid_grad(g.data, yd), g.device),)
         (out,) = self.saved_tensors()
@@ -45,9 +45,9 @@ class SigmoidBackwardBackward0(Node):
 
 
 def _sigmoid_grad(gd: Any, yd: Any) -> Any:
-    # (y - y*y) * g, not g * (y * (1 - y)): array-by-array ufuncs only, no Python-float
-    # operand to convert (as _tanh_grad in elementwise.py; measured 0.96 -> 0.74 us on 16 elements)
-    return (yd - yd * yd) * gd
+    # g * (1 - y) * y, as torch's sigmoid_backward: 1 - y is exact for y in [0.5, 1], where
+    # y - y*y would cancel (relative error 1.7e-4 in float32 near y = 1, against 9e-8).
+    return gd * (1.0 - yd) * yd
 
 
 def sigmoid_backward(g: Tensor, y: Tensor) -> Tensor:

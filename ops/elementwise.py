@@ -83,9 +83,12 @@ class MulBackward0(_Binary):
 
     def backward(self, g: Tensor) -> tuple:
         ea, eb = self.next_edges
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.60 -> 1.82 us)
+        gd = g.data
+        # See Note [First-order formulas] (measured: 2.60 -> 1.82 us); only where no dtype
+        # promotion is to be mirrored (mul casts numpy's product to torch's dtype before fit sums)
+        if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
             ad, bd = self.saved_arrays()
-            gd, dev = g.data, g.device
+            dev = g.device
             return (grad_of(gd * bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
                     grad_of(gd * ad, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
         a, b = self.saved_tensors()

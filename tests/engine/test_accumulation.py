@@ -39,3 +39,31 @@ def test_fan_in_sums_exactly_and_later_backward_accumulates_in_place():
     y.sum().backward()
     assert x.grad is first and x.grad.tolist() == [110.0, 110.0]
     assert x.grad.version == v + 1
+
+
+def test_create_graph_grad_does_not_alias_the_root_gradient() -> None:
+    """Under create_graph the leaf's first gradient is a (recorded) copy, as torch clones:
+    adopting it made .grad share the caller's array, which the next backward changed."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    root = engine.tensor([1.0, 1.0, 1.0])
+    (x + 0.0).backward(root, create_graph=True)
+    (x * 1.0).sum().backward()
+    assert root.tolist() == [1.0, 1.0, 1.0]
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_create_graph_grad_of_a_sum_is_writable_for_the_next_backward() -> None:
+    """A full sum's gradient is a read-only zero-stride view; stored as .grad under
+    create_graph it made the next backward's in-place accumulation raise."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x.sum().backward(create_graph=True)
+    x.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_create_graph_grad_stays_differentiable() -> None:
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    (x ** 3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    (gg,) = engine.grad(x.grad.sum(), x)
+    assert gg.tolist() == [6.0, 12.0]  # d/dx of 3x^2

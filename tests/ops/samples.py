@@ -73,6 +73,9 @@ def _binary(ref: Callable, positive_b: bool = False) -> Callable[[], list]:
             Sample(t(2, 1), t(1, 3, positive=positive_b), ref=ref, desc="broadcast [2,1] [1,3]"),
             Sample(t(), t(2, 2, positive=positive_b), ref=ref, desc="0-d with [2,2]"),
             Sample(t(2, 3), args=(1.5,), ref=lambda a: ref(a, 1.5), desc="tensor and number"),
+            # torch's promotion (float32 * int64 -> float32) differs from numpy's (-> float64)
+            Sample(t(1, 3), engine.tensor(_rng.integers(1, 50, size=(64, 3)), dtype=engine.int64), ref=ref,
+                   desc="float [1,3] with int [64,3]"),
         ]
     return make
 

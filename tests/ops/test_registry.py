@@ -105,24 +105,26 @@ def test_on_virtual_device(name: str) -> None:
         assert gradcheck(lambda *a: s.run(ops.REGISTRY[name], *a), ts)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name,i", CASES, ids=[f"{n}-{i}" for n, i in CASES])
-def test_first_order_formulas_match_create_graph(name: str, i: int) -> None:
+def test_first_order_formulas_match_create_graph(name: str, i: int, dtype: str) -> None:
     """A backward formula may take an array fast path when no graph is recorded (Note
     [First-order formulas] in ops/_core.py): its gradients must equal the ops path's
-    (``create_graph=True``) bit for bit in float64, hold arrays (never numpy scalars, which
+    (``create_graph=True``) bit for bit, in float64 and float32, hold arrays (never numpy scalars, which
     0-d results give), and accumulate into ``.grad`` over two backward calls."""
     s = _case(name, i)
-    out = _outputs(s.run(ops.REGISTRY[name], *s.tensors))
+    tensors = s.tensors if dtype == "float64" else _cast(s.tensors, engine.float32)
+    out = _outputs(s.run(ops.REGISTRY[name], *tensors))
     for o in out:
         assert type(o.data) is np.ndarray, f"{name} [{s}]: output holds {type(o.data).__name__}"
-    diff = [x for x in s.tensors if x.requires_grad]
+    diff = [x for x in tensors if x.requires_grad]
     if not (s.grad and diff and any(o.requires_grad for o in out)):
         return
     rng = np.random.default_rng(7)
     weights = [engine.tensor(rng.uniform(0.5, 1.5, size=o.shape), dtype=o.dtype, device=o.device) for o in out]
 
     def loss() -> engine.Tensor:
-        outs = _outputs(s.run(ops.REGISTRY[name], *s.tensors))
+        outs = _outputs(s.run(ops.REGISTRY[name], *tensors))
         return ops.sum(ops.stack([ops.sum(o * w) for o, w in zip(outs, weights) if o.requires_grad]))
 
     fast = engine.grad(loss(), diff, allow_unused=True)
