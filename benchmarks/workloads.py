@@ -948,7 +948,7 @@ def _identity(x: Any) -> Any:
 
 _EXECUTOR_BUCKETS = (
     ("dependency count before running (`_compute_dependencies`)", ("_compute_dependencies",)),
-    ("running a node: `_run_task` (checks, release of saved tensors, GraphTask lock)", ("_run_task",)),
+    ("running a node: `_run_task` (checks, release of saved tensors, the lock once shared)", ("_run_task",)),
     ("routing gradients to successors: `_route` (dependency dict, buffers)", ("_route", "_buffer_add", "_buffer_device")),
     ("thread loop, queue push/pop (`_thread_main`, ReadyQueue)", ("_thread_main", "push", "pop", "heappush", "heappop")),
     ("calling the node: `Node.apply` + the trivial backward", ("apply", "backward")),

@@ -443,3 +443,28 @@ def test_shutdown_inside_backward_raises():
     h.register_hook(lambda g: engine.get_engine().shutdown())
     with pytest.raises(RuntimeError, match="cannot be called from inside a backward pass"):
         h.sum().backward()
+
+
+@pytest.mark.timeout(30)
+def test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes() -> None:
+    """Note [Shared tasks]: a backward whose nodes all run on the caller routes without the
+    GraphTask lock; the first hand-off to a device worker makes it shared (locked) for good,
+    and the gradients are the same either way."""
+    from engine._state import tls
+
+    seen = []
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = ops.tanh(x) * 3.0
+    y.grad_fn.register_prehook(lambda g: seen.append(("cpu only", tls.current_task.shared)))
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3.0 * (1 - np.tanh([1.0, 2.0]) ** 2), rtol=1e-6)
+
+    x.grad = None
+    first = ops.tanh(x) * 3.0  # runs on cpu before any hand-off
+    first.grad_fn.register_prehook(lambda g: seen.append(("before hop", tls.current_task.shared)))
+    v = ops.to(first, "virtual:1") * 2.0
+    back = ops.to(v, "cpu")
+    back.grad_fn.register_prehook(lambda g: seen.append(("after hop", tls.current_task.shared)))
+    back.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * (1 - np.tanh([1.0, 2.0]) ** 2), rtol=1e-6)
+    assert seen == [("cpu only", False), ("after hop", False), ("before hop", True)]
