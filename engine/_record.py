@@ -51,7 +51,7 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
         node.next_edges = (_edge(inputs[0]),)  # unary ops: no list (measured -0.15 us per op)
     elif n == 2:
         # Binary ops: no list, and the usual edge (to the input's grad_fn) without a call
-        # (measured 0.46 -> 0.20 us per op).
+        # (measured: record() of a binary op 1.61 -> 1.32 us, in a slow phase of the machine).
         a, b = inputs
         fa = None if a is None else a.grad_fn
         fb = None if b is None else b.grad_fn
