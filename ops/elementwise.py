@@ -28,15 +28,11 @@ class _Binary(Node):
 
 
 def _binary_out(a: Tensor, b: Tensor, data: Any) -> Tensor:
-    """Wrap a binary op's result: torch's dtype when the operands' dtypes differ, and an
-    array (not a numpy scalar, which 0-d operands give) always."""
-    ad = a.data
-    if ad.dtype is b.data.dtype and type(data) is type(ad):
-        return _wrap(data, a.device)  # the common case (measured: 0.38 -> 0.18 us)
-    if a.data.dtype != b.data.dtype:
+    """Wrap a binary op's result, in torch's dtype when the operands' dtypes differ (numpy
+    scalars from 0-d operands become arrays in ``_wrap``)."""
+    ad, bd = a.data.dtype, b.data.dtype
+    if ad is not bd and ad != bd:  # identity first: numpy's builtin dtypes are shared instances
         data = cast(a.device.xp.asarray(data), result_dtype(a, b))
-    elif type(data) is not a.data.__class__:
-        data = a.device.xp.asarray(data)
     return _wrap(data, a.device)
 
 
