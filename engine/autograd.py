@@ -118,7 +118,7 @@ def _compute_dependencies_and_needed(gt: GraphTask, root: Node, must_run: set) -
     One iterative post-order DFS: a node is finished when its edges are exhausted, and then it
     marks its parent needed if it is needed or captured. In a DAG a node reached again is
     already finished, so its status is final. Measured on a 10,000-node chain: 0.35 + 1.2 us
-    per node as two passes -> 0.6 us per node as one.
+    per node as two passes -> 0.9 us per node as one.
     """
     deps = gt.dependencies
     cut = gt.cut
