@@ -34,7 +34,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy
 
-from engine._record import needs_grad, record  # noqa: F401 - re-exported for op modules
+from engine._record import needs_grad, record, record_binary, record_unary  # noqa: F401 - re-exported for op modules
 from engine._state import tls  # noqa: F401
 from engine.graph import Node  # noqa: F401
 from engine.tensor import Tensor, _wrap

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, const, normalize_dim, record, register, tls
+from ._core import Node, check_tensor, const, normalize_dim, record, record_unary, register, tls
 from .elementwise import add, erf, exp, mul, sub, tanh, where
 
 
@@ -70,7 +70,7 @@ def sigmoid(x: Tensor) -> Tensor:
     data = _float_data(x, "sigmoid")
     out = _wrap(_sigmoid_array(data, x.device.xp), x.device)
     if tls.grad_enabled and x._rg:
-        record(SigmoidBackward0(), (x,), out, (out,))
+        record_unary(SigmoidBackward0(), x, out, out)
     return out
 
 
@@ -92,7 +92,7 @@ def relu(x: Tensor) -> Tensor:
     check_tensor(x, "relu")
     out = _wrap(x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), x.device)
     if tls.grad_enabled and x._rg:
-        record(ReluBackward0(), (x,), out, (out,))
+        record_unary(ReluBackward0(), x, out, out)
     return out
 
 
@@ -138,7 +138,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if tls.grad_enabled and x._rg:
         node = GeluBackward0()
         node.approximate = approximate
-        record(node, (x,), out, (x,))
+        record_unary(node, x, out, x)
     return out
 
 
@@ -163,7 +163,7 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = SoftplusBackward0()
         node.beta, node.threshold = beta, threshold
-        record(node, (x,), out, (x,))
+        record_unary(node, x, out, x)
     return out
 
 
@@ -198,7 +198,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = SoftmaxBackward0()
         node.dim = d if x.ndim else None
-        record(node, (x,), out, (out,))
+        record_unary(node, x, out, out)
     return out
 
 
@@ -231,5 +231,5 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = LogSoftmaxBackward0()
         node.dim = d if x.ndim else None
-        record(node, (x,), out, (out,))
+        record_unary(node, x, out, out)
     return out

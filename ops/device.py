@@ -5,7 +5,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap, to_device, to_dtype
 
-from ._core import Node, check_tensor, record, register, tls
+from ._core import Node, check_tensor, record_unary, register, tls
 
 
 def _transfer(data: Any, src: Any, dst: Any) -> Any:
@@ -39,7 +39,7 @@ def to(t: Tensor, device: Any = None, dtype: Any = None) -> Tensor:
             raise RuntimeError(f"to: cannot convert a tensor that requires grad to non-floating dtype {dt}; detach() it first")
         node = ToCopyBackward0()
         node.src_device, node.src_dtype = t.device, t.dtype
-        record(node, (t,), out)
+        record_unary(node, t, out)
     return out
 
 
@@ -56,5 +56,5 @@ def clone(t: Tensor) -> Tensor:
     check_tensor(t, "clone")
     out = _wrap(t.data.copy(), t.device)
     if tls.grad_enabled and t._rg:
-        record(CloneBackward0(), (t,), out)
+        record_unary(CloneBackward0(), t, out)
     return out

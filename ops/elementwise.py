@@ -13,7 +13,7 @@ from typing import Any
 from engine.tensor import Tensor, _wrap
 
 from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit, grad_of,
-                    record, register, result_dtype, tls)
+                    record, record_binary, record_unary, register, result_dtype, tls)
 
 
 class _Binary(Node):
@@ -51,7 +51,7 @@ def add(a: Any, b: Any) -> Tensor:
     a, b = binary_operands(a, b, "add")
     out = _binary_out(a, b, a.data + b.data)
     if tls.grad_enabled and (a._rg or b._rg):
-        record(AddBackward0()._meta(a, b), (a, b), out)
+        record_binary(AddBackward0(), a, b, out)
     return out
 
 
@@ -70,7 +70,7 @@ def sub(a: Any, b: Any) -> Tensor:
     a, b = binary_operands(a, b, "sub")
     out = _binary_out(a, b, a.data - b.data)
     if tls.grad_enabled and (a._rg or b._rg):
-        record(SubBackward0()._meta(a, b), (a, b), out)
+        record_binary(SubBackward0(), a, b, out)
     return out
 
 
@@ -99,7 +99,7 @@ def mul(a: Any, b: Any) -> Tensor:
     out = _binary_out(a, b, a.data * b.data)
     if tls.grad_enabled and (a._rg or b._rg):
         # Save only what a needed gradient uses: b for a's gradient, a for b's.
-        record(MulBackward0()._meta(a, b), (a, b), out, (a if b._rg else None, b if a._rg else None))
+        record_binary(MulBackward0(), a, b, out, a if b._rg else None, b if a._rg else None)
     return out
 
 
@@ -130,7 +130,7 @@ def div(a: Any, b: Any) -> Tensor:
         rdt = a.device.xp.dtype("float32")
     out = _wrap(cast(a.device.xp.asarray(a.data / b.data), rdt), a.device)
     if tls.grad_enabled and (a._rg or b._rg):
-        record(DivBackward0()._meta(a, b), (a, b), out, (a if b._rg else None, b))
+        record_binary(DivBackward0(), a, b, out, a if b._rg else None, b)
     return out
 
 
@@ -147,7 +147,7 @@ def neg(x: Tensor) -> Tensor:
     check_tensor(x, "neg")
     out = _wrap(-x.data, x.device)
     if tls.grad_enabled and x._rg:
-        record(NegBackward0(), (x,), out)
+        record_unary(NegBackward0(), x, out)
     return out
 
 
@@ -198,7 +198,7 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
         if tls.grad_enabled and a._rg:
             node = PowBackward0()
             node.exponent = b
-            record(node, (a,), out, (a,))
+            record_unary(node, a, out, a)
         return out
     a, b = binary_operands(a, b, "pow")
     out = _binary_out(a, b, a.data ** b.data)
@@ -234,7 +234,7 @@ def exp(x: Tensor) -> Tensor:
     data = _float_input(x, "exp")  # checks x is a Tensor first
     out = _wrap(x.device.xp.exp(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(ExpBackward0(), (x,), out, (out,))
+        record_unary(ExpBackward0(), x, out, out)
     return out
 
 
@@ -255,7 +255,7 @@ def log(x: Tensor) -> Tensor:
     data = _float_input(x, "log")  # checks x is a Tensor first
     out = _wrap(x.device.xp.log(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(LogBackward0(), (x,), out, (x,))
+        record_unary(LogBackward0(), x, out, x)
     return out
 
 
@@ -273,7 +273,7 @@ def sqrt(x: Tensor) -> Tensor:
     data = _float_input(x, "sqrt")  # checks x is a Tensor first
     out = _wrap(x.device.xp.sqrt(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(SqrtBackward0(), (x,), out, (out,))
+        record_unary(SqrtBackward0(), x, out, out)
     return out
 
 
@@ -292,7 +292,7 @@ def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
     check_tensor(x, "abs")
     out = _wrap(x.device.xp.abs(x.data), x.device)
     if tls.grad_enabled and x._rg:
-        record(AbsBackward0(), (x,), out, (x,))
+        record_unary(AbsBackward0(), x, out, x)
     return out
 
 
@@ -310,7 +310,7 @@ def sin(x: Tensor) -> Tensor:
     data = _float_input(x, "sin")  # checks x is a Tensor first
     out = _wrap(x.device.xp.sin(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(SinBackward0(), (x,), out, (x,))
+        record_unary(SinBackward0(), x, out, x)
     return out
 
 
@@ -328,7 +328,7 @@ def cos(x: Tensor) -> Tensor:
     data = _float_input(x, "cos")  # checks x is a Tensor first
     out = _wrap(x.device.xp.cos(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(CosBackward0(), (x,), out, (x,))
+        record_unary(CosBackward0(), x, out, x)
     return out
 
 
@@ -377,7 +377,7 @@ def tanh(x: Tensor) -> Tensor:
     data = _float_input(x, "tanh")  # checks x is a Tensor first
     out = _wrap(x.device.xp.tanh(data), x.device)
     if tls.grad_enabled and x._rg:
-        record(TanhBackward0(), (x,), out, (out,))
+        record_unary(TanhBackward0(), x, out, out)
     return out
 
 
@@ -409,7 +409,7 @@ def _extremum(a: Any, b: Any, name: str, node_cls: type) -> Tensor:
     a, b = binary_operands(a, b, name)
     out = _binary_out(a, b, getattr(a.device.xp, name)(a.data, b.data))
     if tls.grad_enabled and (a._rg or b._rg):
-        record(node_cls()._meta(a, b), (a, b), out, (a, b))
+        record_binary(node_cls(), a, b, out, a, b)
     return out
 
 
@@ -526,5 +526,5 @@ def erf(x: Tensor) -> Tensor:
     data = _float_input(x, "erf")
     out = _wrap(erf_array(data, x.device.xp), x.device)
     if tls.grad_enabled and x._rg:
-        record(ErfBackward0(), (x,), out, (x,))
+        record_unary(ErfBackward0(), x, out, x)
     return out

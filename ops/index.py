@@ -14,7 +14,7 @@ import numpy
 from engine.tensor import Tensor, _wrap
 
 from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, mark_view_node, normalize_dim,
-                    record, register, share_version, tls)
+                    record, record_unary, register, share_version, tls)
 
 
 def convert_index(idx: Any, x: Tensor) -> Any:
@@ -76,7 +76,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         if view:
             mark_view_node(node, x)
         node.in_shape, node.index, node.basic = x.shape, idx, basic
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -101,7 +101,7 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
     if tls.grad_enabled and g._rg:
         node = IndexBackwardBackward0()
         node.index = index
-        record(node, (g,), out)
+        record_unary(node, g, out)
     return out
 
 
@@ -201,5 +201,5 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = GatherBackward0()
         node.in_shape, node.index, node.basic = x.shape, tup, False
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, const, device_error, record, register, tls
+from ._core import Node, check_tensor, const, device_error, record, record_unary, register, tls
 from .activation import log_softmax
 from .elementwise import add, div, mul, neg, sub, where
 from .index import gather
@@ -138,7 +138,7 @@ def _im2col(x: Tensor, geom: tuple) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = Im2ColBackward0()
         node.geom = geom
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -155,7 +155,7 @@ def _col2im(g: Tensor, geom: tuple) -> Tensor:
     if tls.grad_enabled and g._rg:
         node = Col2ImBackward0()
         node.geom = geom
-        record(node, (g,), out)
+        record_unary(node, g, out)
     return out
 
 

@@ -9,7 +9,7 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, broadcast_array, check_tensor, const, normalize_dim, normalize_dims, record, register, tls
+from ._core import Node, broadcast_array, check_tensor, const, normalize_dim, normalize_dims, record, record_unary, register, tls
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
@@ -51,7 +51,7 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A
     if tls.grad_enabled and x._rg:
         node = SumBackward0()
         node.in_shape, node.dims, node.keepdim = x.shape, dims, keepdim
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -83,7 +83,7 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = MeanBackward0()
         node.in_shape, node.dims, node.keepdim, node.count = x.shape, dims, keepdim, float(n) if n else float("nan")
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -158,7 +158,7 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
     if tls.grad_enabled and x._rg:
         node = (MaxBackward0 if name == "max" else MinBackward0)()
         node.in_shape, node.dim, node.keepdim, node.index = x.shape, d, keepdim, tup
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return MaxMin(out, indices)
 
 

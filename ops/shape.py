@@ -13,7 +13,7 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, register,
+from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, record_unary, register,
                     result_dtype, share_version, sum_to_array, tls)
 
 
@@ -53,7 +53,7 @@ def reshape(x: Tensor, shape: Any) -> Tensor:
         node = ViewBackward0()
         mark_view_node(node, x)
         node.in_shape = x.shape
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -77,7 +77,7 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
         node = TransposeBackward0()
         mark_view_node(node, x)
         node.dims = (d0, d1)
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -102,7 +102,7 @@ def permute(x: Tensor, dims: Any) -> Tensor:
         node = PermuteBackward0()
         mark_view_node(node, x)
         node.inverse = tuple(int(i) for i in numpy.argsort(dims))
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
@@ -143,7 +143,7 @@ def _expand_record(x: Tensor, data: Any, shape: tuple) -> Tensor:
         node = ExpandBackward0()
         mark_view_node(node, x)
         node.in_shape = x.shape
-        record(node, (x,), out)
+        record_unary(node, x, out)
     return out
 
 
