@@ -128,7 +128,8 @@ def _compute_dependencies_and_needed(gt: GraphTask, root: Node, must_run: set) -
 # the walk reaches is captured or must run, as in grad(loss, leaves) and
 # backward(inputs=leaves), every node that is not an end is needed: each path from it
 # leads to a wanted end. Then one plain dependency walk, which also checks the ends,
-# replaces the post-order walk (measured on a 10,000-node chain: 0.9 -> 0.4 us per node),
+# replaces the post-order walk (measured on a 10,000-node chain, same run: 0.37 -> 0.16 us
+# per node, where a plain backward's count takes 0.15),
 # and no edge needs a runnable test in _route (``runnable`` stays None). Any other
 # graph (an end that nobody asked for, a captured node with successors, edges cut by
 # no_grad_vars) takes the post-order walk.
