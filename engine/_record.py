@@ -96,7 +96,9 @@ def _keep_trace(node: Node) -> None:
 # operands' shapes and dtypes for ``fit`` stored here rather than by a ``_meta`` call.
 # Measured (callgrind, one op on (16,) float64): tanh 18,737 -> 16,055 instructions, mul
 # 21,996 -> 18,876. ``record`` stays the definition: the two must store exactly what it
-# stores (test_fast_recorders_store_what_record_stores compares every slot).
+# stores (tests/engine/test_record.py compares edges, saved values and versions, stream,
+# operand metadata, the output's grad_fn, and the anomaly trace, plainly, under
+# saved-tensor hooks and in anomaly mode).
 
 def record_unary(node: Node, x: Tensor, out: Tensor, saved: "Tensor | None" = None) -> None:
     """``record(node, (x,), out, (saved,) if saved is not None else ())``: see Note [Fast recorders]."""
@@ -121,8 +123,10 @@ def record_unary(node: Node, x: Tensor, out: Tensor, saved: "Tensor | None" = No
 
 def record_binary(node: Node, a: Tensor, b: Tensor, out: Tensor,
                   saved_a: "Tensor | None" = None, saved_b: "Tensor | None" = None) -> None:
-    """``record(node, (a, b), out, (saved_a, saved_b))`` (``()`` when both are None) for a
-    ``_Binary`` node, whose operand shapes and dtypes it also stores: see Note [Fast recorders]."""
+    """``record(node._meta(a, b), (a, b), out, (saved_a, saved_b))`` (``()`` when both are
+    None): see Note [Fast recorders]. ``node`` must be an ``ops.elementwise._Binary``: it
+    stores the operand shapes and dtypes in that class's slots (a Node has a ``__dict__``,
+    so another node would take them silently)."""
     node.sequence_nr = _next_seq()
     fa = a.grad_fn
     fb = b.grad_fn

@@ -194,7 +194,7 @@ class GraphTask:
         self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
         self.captured: list = []
         self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
-        self.runnable: set | None = None  # with exec_info: the nodes that run or capture
+        self.runnable: set | None = None  # None: every node reached runs or captures (Note [Needed nodes], autograd.py)
         self.keep_graph = keep_graph
         self.create_graph = create_graph
         # Thread-local state captured from the caller; see Note [Thread-local state].
@@ -540,7 +540,8 @@ class Engine:
             try:
                 if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
                     # (With exec_info, a node that runs and captures nothing is a needed node:
-                    # _route queues only runnable nodes.)
+                    # _route queues only runnable nodes, or runnable is None because every
+                    # node reached is needed or captured: Note [Needed nodes] in autograd.py.)
                     # The common case of _call_function, inlined (measured: -0.15 us/node).
                     if inputs and inputs[0] is None and _all_none(inputs):
                         outputs = [None] * len(fn.next_edges)
@@ -661,7 +662,9 @@ class Engine:
             if nxt is None:
                 continue
             if runnable is not None and (nxt not in runnable or (cut and (nxt, nr) in cut)):
-                continue  # grad()/backward(inputs=) does not need nxt, or no_grad_vars cut the edge
+                # grad()/backward(inputs=) does not need nxt, or no_grad_vars cut the edge (a
+                # task with cut edges always has runnable: Note [Needed nodes] in autograd.py)
+                continue
             if streams and g is not None:
                 _sync_streams(fn, nxt, g)
             count = deps[nxt]

@@ -6,11 +6,11 @@ An op is one function and one Node subclass side by side in one module (STYLE.md
 the function computes the forward on arrays (``x.data``, through ``x.device.xp`` only) and,
 when :func:`needs_grad` says so, calls :func:`record` with the node, the inputs and what the
 backward must save (one-output ops with one or two inputs: :func:`record_unary` /
-:func:`record_binary`, Note [Fast recorders] in engine/_record.py). The node's ``backward`` is written with ops, never with raw arrays, so
-that under ``create_graph=True`` it records a graph of its own (double backward). It checks
-``self.next_edges[i][0] is not None`` (the input needs a gradient) before computing one.
-``@register`` puts the function in REGISTRY, which the test suite enumerates: an op without
-test samples fails the suite.
+:func:`record_binary`, Note [Fast recorders] in engine/_record.py). The node's ``backward``
+is written with ops, never with raw arrays, so that under ``create_graph=True`` it records a
+graph of its own (double backward). It checks ``self.next_edges[i][0] is not None`` (the
+input needs a gradient) before computing one. ``@register`` puts the function in REGISTRY,
+which the test suite enumerates: an op without test samples fails the suite.
 
 Note [First-order formulas]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
