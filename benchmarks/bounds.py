@@ -38,7 +38,7 @@ from engine.graph import NO_EDGE, AccumulateGrad, Node, SavedOutput, _next_seq  
 from engine.tensor import Tensor, _wrap, grad_accumulator  # noqa: E402
 from ops.elementwise import AddBackward0, MulBackward0, TanhBackward0  # noqa: E402
 from ops.reduce import SumBackward0  # noqa: E402
-from workloads import CHAIN_N, WIDE_BRANCHES, log  # noqa: E402
+from workloads import CHAIN_N, WIDE_BRANCHES, log, numpy_floor_chain  # noqa: E402
 
 CHAIN_TARGET_BWD = 0.5  # x torch, issue 6
 WIDE_TARGET_BWD = 0.5
@@ -152,28 +152,6 @@ def walk_floor(y: Tensor) -> numpy.ndarray:
             g = g * node._saved[1].data
         node = node.next_edges[0][0]
     return g
-
-
-def numpy_floor_chain(xa: numpy.ndarray, ca: numpy.ndarray, n: int) -> Callable[[], numpy.ndarray]:
-    """A function running the chain's backward math as raw numpy, one Python call per node, no
-    graph: the per-node closures are built here (untimed); the returned call is the floor."""
-    ys, h = [], xa
-    for i in range(n):
-        if i % 2 == 0:
-            h = numpy.tanh(h)
-            ys.append(h)
-        else:
-            h = h * ca
-            ys.append(None)
-    fns = [(lambda g, yv=yv: g - g * yv * yv) if yv is not None else (lambda g: g * ca) for yv in reversed(ys)]
-
-    def run() -> numpy.ndarray:
-        g = numpy.ones_like(xa)
-        for f in fns:
-            g = f(g)
-        return g
-
-    return run
 
 
 # --- minimal recording ----------------------------------------------------------------------

@@ -621,22 +621,38 @@ class _MatmulLib:
         return sm(x)
 
 
+def numpy_floor_chain(xa: numpy.ndarray, ca: numpy.ndarray, n: int) -> Callable[[], numpy.ndarray]:
+    """A function running the chain's backward math as raw numpy, one Python call per node, no
+    graph: the per-node closures are built here (untimed); the returned call is the floor."""
+    ys, h = [], xa
+    for i in range(n):
+        if i % 2 == 0:
+            h = numpy.tanh(h)
+            ys.append(h)
+        else:
+            h = h * ca
+            ys.append(None)
+    fns = [(lambda g, yv=yv: g - g * yv * yv) if yv is not None else (lambda g: g * ca) for yv in reversed(ys)]
+
+    def run() -> numpy.ndarray:
+        g = numpy.ones_like(xa)
+        for f in fns:
+            g = f(g)
+        return g
+
+    return run
+
+
 def _tiny_chain_floor(passes: int = 5) -> Callable[[], None]:
-    """The tiny chain's backward math as raw numpy calls, one loop step per node, no engine,
-    ``passes`` times per call: 5 make a call last about as long as one threadgrad backward of
-    the chain, so the GIL's 5 ms switch interval cuts both the same way."""
-    xa, ca = make_inputs()[0], make_inputs()[1]
-    ys, y = [], xa
-    for i in range(TINY_CHAIN):
-        y = numpy.tanh(y) if i % 2 == 0 else y * ca
-        ys.append(y if i % 2 == 0 else None)
-    ys.reverse()
+    """The tiny chain's backward math as raw numpy calls (:func:`numpy_floor_chain`), no
+    engine, ``passes`` times per call: 5 make a call last about as long as one threadgrad
+    backward of the chain, so the GIL's 5 ms switch interval cuts both the same way."""
+    xa, ca, _, _ = make_inputs()
+    run = numpy_floor_chain(xa, ca, TINY_CHAIN)
 
     def floor() -> None:
         for _ in range(passes):
-            g = numpy.ones_like(xa)
-            for yv in ys:
-                g = g * ca if yv is None else g - g * yv * yv
+            run()
 
     return floor
 
@@ -1052,20 +1068,10 @@ def breakdown(quick: bool) -> tuple[Table, str]:
 
     def floor_bwd() -> float:
         """The chain's backward math as raw numpy calls, one Python call per node, no engine."""
-        ys, y = [], xa
-        for i in range(n):
-            if i % 2 == 0:
-                y = numpy.tanh(y)
-                ys.append(y)
-            else:
-                y = y * ca
-                ys.append(None)
-        fns = [(lambda g, yv=yv: g - g * yv * yv) if yv is not None else (lambda g: g * ca) for yv in reversed(ys)]
-        g = numpy.ones_like(xa)
+        run = numpy_floor_chain(xa, ca, n)
         with gc_paused():
             t0 = time.perf_counter()
-            for f in fns:
-                g = f(g)
+            run()
             t1 = time.perf_counter()
         return (t1 - t0) / n * 1e6
 
