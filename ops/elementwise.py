@@ -194,7 +194,14 @@ class PowBackward1(_Binary):
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
     """``a ** b``; either may be a number."""
     if isinstance(a, Tensor) and not isinstance(b, (Tensor, bool)) and isinstance(b, (int, float)):
-        out = _wrap(a.device.xp.asarray(a.data ** b), a.device)
+        # A number exponent keeps the base's dtype, as in torch (an integer base with a float
+        # exponent gives the default float32): a numpy scalar (numpy.float64 is a float) would
+        # promote under numpy's rules, so it is used as the Python number it stands for.
+        b = float(b) if isinstance(b, float) else int(b)
+        ad = a.data
+        if isinstance(b, float) and ad.dtype.kind not in "fc":
+            ad = ad.astype("float32")
+        out = _wrap(a.device.xp.asarray(ad ** b), a.device)
         if tls.grad_enabled and a._rg:
             node = PowBackward0()
             node.exponent = b

@@ -25,6 +25,24 @@ def test_float32_with_python_numbers_stays_float32(op) -> None:
     assert op(x, 2).dtype == np.float32
 
 
+@pytest.mark.parametrize("op", [ops.add, ops.sub, ops.mul, ops.div, ops.pow, ops.maximum, ops.minimum])
+@pytest.mark.parametrize("scalar", [np.float64(2.5), np.float32(2.5), np.int64(2)], ids=["f64", "f32", "i64"])
+def test_float32_with_numpy_scalars_stays_float32_and_so_does_its_gradient(op, scalar) -> None:
+    """A numpy scalar is a number, as in torch: it does not promote under numpy's rules."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = op(x, scalar)
+    assert y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_integer_base_with_a_float_exponent_gives_float32() -> None:
+    i64 = engine.tensor([4, 9])
+    assert (i64 ** 0.5).dtype == np.float32 and (i64 ** 0.5).tolist() == [2.0, 3.0]
+    assert (i64 ** np.float64(0.5)).dtype == np.float32
+    assert (i64 ** 2).dtype == np.int64 and (i64 ** 2).tolist() == [16, 81]
+
+
 def test_torch_promotion_rules() -> None:
     f32 = engine.ones(2)
     f64_0d = engine.tensor(2.0, dtype=engine.float64)
