@@ -11,19 +11,29 @@ from typing import Any
 
 import numpy
 
+import devices
 from engine.tensor import Tensor, _wrap
 
 from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, mark_view_node, normalize_dim,
                     record, record_unary, register, share_version, tls)
 
+_cpu = devices.cpu
 
-def convert_index(idx: Any, x: Tensor) -> Any:
-    """An index whose tensors, lists and foreign arrays are arrays on ``x``'s device."""
+
+def convert_index(idx: Any, x: Tensor, name: str, same_device: bool = False) -> Any:
+    """An index whose tensors, lists and foreign arrays are arrays on ``x``'s device.
+
+    An index tensor must be on ``x``'s device or, as torch allows for indexing (not for
+    ``same_device`` ops such as gather), on the cpu; otherwise RuntimeError names both devices."""
     if isinstance(idx, tuple):
-        return tuple(convert_index(i, x) for i in idx)
+        return tuple(convert_index(i, x, name, same_device) for i in idx)
     dev = x.device
     if isinstance(idx, Tensor):
-        return idx.data if idx.device is dev else dev.asarray(idx.device.to_host(idx.data))
+        if idx.device is dev:
+            return idx.data
+        if same_device or idx.device is not _cpu:
+            raise device_error(name, x, idx)
+        return dev.asarray(idx.data)
     if isinstance(idx, list):
         return dev.asarray(numpy.asarray(idx))
     if isinstance(idx, numpy.ndarray) and dev.xp is not numpy:
@@ -64,7 +74,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     [2.0, 0.0, 1.0]
     """
     check_tensor(x, "getitem")
-    idx = convert_index(index, x)
+    idx = convert_index(index, x, "getitem")
     data = _index_data(x, idx, index, "getitem")
     basic = is_basic(idx)
     out = _wrap(data, x.device)
@@ -138,7 +148,7 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     v = as_operand(values, x, "index_put")
     if v.device is not x.device:
         raise device_error("index_put", x, v)
-    idx = convert_index(indices, x)
+    idx = convert_index(indices, x, "index_put")
     data = x.data.copy()
     try:
         if accumulate:
@@ -186,7 +196,7 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     [[2.0], [3.0]]
     """
     check_tensor(x, "gather")
-    idx = convert_index(index, x)
+    idx = convert_index(index, x, "gather", same_device=True)
     if not hasattr(idx, "dtype") or idx.dtype.kind not in "iu":
         raise TypeError(f"gather: index must be an integer tensor, got {type(index).__name__}")
     if idx.ndim != x.ndim:

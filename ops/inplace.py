@@ -151,7 +151,7 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
-        self.data[index.convert_index(idx, self)] = v.data
+        self.data[index.convert_index(idx, self, name)] = v.data
     except (IndexError, ValueError) as e:
         raise type(e)(f"{name}: cannot write a value of shape {list(v.shape)} at index {idx!r:.80} "
                       f"of a tensor of shape {list(self.shape)} ({e})") from None

@@ -288,10 +288,11 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(t(4), t(3), call=lambda op, x, v: op(x, [0, 2, 0], v, accumulate=True), desc="accumulate repeats"),
         Sample(t(3, 4), t(), call=lambda op, x, v: op(x, (slice(None), [1, 3]), v), desc="broadcast value"),
     ],
-    "gather": lambda: [
-        Sample(t(3, 4), args=(1, engine.tensor([[0, 0], [3, 1], [2, 2]])),
+    "gather": lambda: [  # (the index on the input's device: gather refuses one from another device, as torch)
+        Sample(t(3, 4), call=lambda op, x: op(x, 1, engine.tensor([[0, 0], [3, 1], [2, 2]], device=x.device)),
                ref=lambda a: np.take_along_axis(a, np.array([[0, 0], [3, 1], [2, 2]]), 1)),
-        Sample(t(3, 2), args=(0, engine.tensor([[2, 0]])), ref=lambda a: np.take_along_axis(a, np.array([[2, 0]]), 0), desc="dim 0"),
+        Sample(t(3, 2), call=lambda op, x: op(x, 0, engine.tensor([[2, 0]], device=x.device)),
+               ref=lambda a: np.take_along_axis(a, np.array([[2, 0]]), 0), desc="dim 0"),
     ],
     # devices and copies
     "to": lambda: [

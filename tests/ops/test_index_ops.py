@@ -67,3 +67,30 @@ def test_gather_matches_take_along_axis_and_accumulates() -> None:
     out.sum().backward()
     assert x.grad.tolist() == [[0.0, 0.0, 2.0], [1.0, 1.0, 0.0]]
     assert out.grad_fn.name() == "GatherBackward0"
+
+
+@pytest.mark.parametrize("call", ["getitem", "setitem", "index_put", "gather"])
+def test_an_index_tensor_on_another_device_is_refused_naming_both(call: str) -> None:
+    """As torch: an index must be on the tensor's device (or, to index, on the cpu)."""
+    x = engine.tensor([[1.0, 2.0], [3.0, 4.0]])
+    idx = engine.tensor([[1], [0]], device="virtual:1")
+    run = {
+        "getitem": lambda: x[idx],
+        "setitem": lambda: x.__setitem__(idx, 0.0),
+        "index_put": lambda: ops.index_put(x, idx, engine.tensor(0.0)),
+        "gather": lambda: ops.gather(x, 1, idx),
+    }[call]
+    with pytest.raises(RuntimeError, match="found at least two devices, cpu and virtual:1"):
+        run()
+    assert x.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+def test_a_cpu_index_may_index_a_tensor_on_another_device_but_not_gather_it() -> None:
+    x = engine.tensor([[1.0, 2.0], [3.0, 4.0]], device="virtual:1", requires_grad=True)
+    idx = engine.tensor([1, 0])
+    y = x[idx]
+    assert y.device == x.device and y.tolist() == [[3.0, 4.0], [1.0, 2.0]]
+    y[0].sum().backward()
+    assert x.grad.device == x.device and x.grad.tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    with pytest.raises(RuntimeError, match="gather: expected all tensors to be on the same device"):
+        ops.gather(x, 1, engine.tensor([[1], [0]]))
