@@ -132,14 +132,20 @@ def normalize_dim(dim: int, ndim: int, name: str) -> int:
 
 
 def normalize_dims(dim: Any, ndim: int, name: str) -> tuple[int, ...]:
-    """``None`` -> every dim; an int or a sequence -> sorted, non-negative, unique dims."""
+    """``None`` or an empty sequence -> every dim (torch's rule for reductions); an int or a
+    sequence -> sorted, non-negative dims, each at most once (RuntimeError otherwise, as torch)."""
     if dim is None:
         return tuple(range(ndim))
     dims = (dim,) if isinstance(dim, (int, numpy.integer)) else tuple(dim)
-    out = sorted({normalize_dim(d, ndim, name) for d in dims})
+    if not dims:
+        return tuple(range(ndim))
+    out = [normalize_dim(d, ndim, name) for d in dims]
+    if len(set(out)) != len(out):
+        d = next(d for d in out if out.count(d) > 1)
+        raise RuntimeError(f"{name}: dim {d} appears multiple times in the list of dims")
     if ndim == 0:
         return ()
-    return tuple(out)
+    return tuple(sorted(out))
 
 
 def sum_to(g: Tensor, shape: tuple) -> Tensor:

@@ -67,7 +67,8 @@ def _sigmoid_array(data: Any, xp: Any) -> Any:
 @register
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``, computed without overflow for large ``|x|``."""
-    data = _float_data(x, "sigmoid")
+    check_tensor(x, "sigmoid")
+    data = x.data if x.dtype.kind in "fc" else x.data.astype("float32")  # torch promotes integers
     out = _wrap(_sigmoid_array(data, x.device.xp), x.device)
     if tls.grad_enabled and x._rg:
         record_unary(SigmoidBackward0(), x, out, out)

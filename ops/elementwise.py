@@ -181,11 +181,17 @@ class PowBackward1(_Binary):
         ea, eb = self.next_edges
         ga = gb = None
         if ea[0] is not None:
-            ga = fit(mul(mul(g, b), pow(a, sub(b, 1))), self.a_shape, self.a_dtype)
+            # d(a**b)/da = b * a**(b-1), taken as 0 where b == 0 (torch's masked_fill: 0 * 0**-1
+            # would be nan at a == 0)
+            ga = mul(mul(g, b), pow(a, sub(b, 1)))
+            ga = fit(where(const(b.data == 0, b), const(ga.device.xp.zeros((), ga.dtype), ga), ga),
+                     self.a_shape, self.a_dtype)
         if eb[0] is not None:
-            # d(a**b)/db = a**b * log(a); where a == 0 torch takes 0 (the limit for b > 0).
-            safe = const((a.data != 0).astype(a.dtype), a)
-            la = log(add(a, sub(1, safe)))
+            # d(a**b)/db = a**b * log(a), taken as 0 where a == 0 and b >= 0 (torch's rule, the
+            # limit there); log is computed at 1 instead of 0 at those places, so no 0 * -inf
+            # appears. Where a == 0 and b < 0 it is a**b * log(0) = -inf, as in torch.
+            at0 = (a.data == 0) & (b.data >= 0)
+            la = log(add(a, const(at0.astype(a.dtype), a)))
             gb = fit(mul(mul(g, out), la), self.b_shape, self.b_dtype)
         return (ga, gb)
 

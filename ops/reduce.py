@@ -101,7 +101,9 @@ class MaxBackward1(Node):
         from .shape import expand
 
         x, out = self.saved_tensors()
-        hit = (x.data == out.data).astype(g.dtype)
+        xp = g.device.xp
+        # A NaN maximum came from the NaNs: they share the gradient (torch's evenly_distribute_backward)
+        hit = (xp.isnan(x.data) if bool(xp.isnan(out.data)) else x.data == out.data).astype(g.dtype)
         share = hit / _builtins.max(float(hit.sum()), 1.0)
         return (mul(expand(g, x.shape), const(share, g)),)
 
@@ -205,7 +207,7 @@ def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """
     check_tensor(x, "logsumexp")
     if x.dtype.kind not in "fc":
-        raise TypeError(f"logsumexp: expected a floating point tensor, got dtype {x.dtype}")
+        x = _wrap(x.data.astype("float32"), x.device)  # torch promotes integers (which never require grad)
     dims = normalize_dims(dim, x.ndim, "logsumexp")
     xp = x.device.xp
     if x.data.size:

@@ -157,3 +157,22 @@ def test_matmul_with_a_1d_operand_when_only_one_side_requires_grad(needs: str) -
         assert v.grad.tolist() == [9.0, 12.0] and m.grad is None
     else:
         assert m.grad.tolist() == [[1.0, -1.0]] * 3 and v.grad is None
+
+
+def test_sigmoid_and_logsumexp_promote_integers_to_float32_as_torch() -> None:
+    i64 = engine.tensor([0, 2])
+    s = ops.sigmoid(i64)
+    assert s.dtype == np.float32 and s.tolist() == pytest.approx([0.5, 1 / (1 + np.exp(-2.0))])
+    lse = ops.logsumexp(i64, 0)
+    assert lse.dtype == np.float32 and lse.item() == pytest.approx(np.log(1 + np.exp(2.0)))
+
+
+def test_pow_gradients_at_zero_follow_torch() -> None:
+    """d/da is 0 where the exponent is 0 (0 * 0**-1 would be nan); d/db is 0 where a == 0 and
+    b >= 0, and a**b * log(0) = -inf where b < 0 (torch 2.13's values)."""
+    a = engine.tensor([0.0, 0.0, 0.0, 2.0], dtype=engine.float64, requires_grad=True)
+    b = engine.tensor([0.0, -1.0, 2.0, 0.0], dtype=engine.float64, requires_grad=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        (a ** b).sum().backward()
+    assert a.grad.tolist() == [0.0, -np.inf, 0.0, 0.0]
+    assert b.grad.tolist() == [0.0, -np.inf, 0.0, pytest.approx(np.log(2.0))]

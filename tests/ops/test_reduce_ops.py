@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import engine
 import ops
@@ -56,3 +57,30 @@ def test_sum_mean_methods_with_dims() -> None:
     assert x.sum(dim=(0, 2)).tolist() == x.numpy().sum(axis=(0, 2)).tolist()
     assert x.mean(-1, keepdim=True).shape == (2, 3, 1)
     assert x.sum().dtype == np.float32 and x.mean().shape == ()
+
+
+def test_max_and_min_of_a_tensor_with_nans_send_the_gradient_to_the_nans() -> None:
+    """As torch's evenly_distribute_backward: a NaN result came from the NaNs, which share it."""
+    nan = float("nan")
+    for op in (ops.max, ops.min):
+        x = engine.tensor([1.0, nan, 3.0, nan], requires_grad=True)
+        op(x).backward()
+        assert x.grad.tolist() == [0.0, 0.5, 0.0, 0.5]
+
+
+@pytest.mark.parametrize("op", [ops.sum, ops.mean, ops.logsumexp])
+@pytest.mark.parametrize("dim", [(), []])
+def test_an_empty_dim_list_reduces_every_dim(op, dim) -> None:
+    x = engine.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    y = op(x, dim=dim)
+    assert y.shape == ()
+    assert y.item() == pytest.approx(op(x, dim=(0, 1)).item())
+    y.backward()
+    assert x.grad.shape == (2, 3)
+
+
+@pytest.mark.parametrize("op", [ops.sum, ops.mean, ops.logsumexp])
+def test_a_dim_given_twice_raises(op) -> None:
+    x = engine.zeros(2, 3)
+    with pytest.raises(RuntimeError, match="dim 0 appears multiple times in the list of dims"):
+        op(x, dim=(0, -2))
