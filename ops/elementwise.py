@@ -64,13 +64,20 @@ class SubBackward0(_Binary):
                 fit(neg(g), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
 
+class RsubBackward1(SubBackward0):
+    """``number - tensor`` (torch's name)."""
+
+    __slots__ = ()
+
+
 @register
 def sub(a: Any, b: Any) -> Tensor:
     """``a - b`` with numpy broadcasting."""
+    node_cls = SubBackward0 if isinstance(a, Tensor) else RsubBackward1
     a, b = binary_operands(a, b, "sub")
     out = _binary_out(a, b, a.data - b.data)
     if tls.grad_enabled and (a._rg or b._rg):
-        record_binary(SubBackward0(), a, b, out)
+        record_binary(node_cls(), a, b, out)
     return out
 
 
@@ -196,6 +203,12 @@ class PowBackward1(_Binary):
         return (ga, gb)
 
 
+class PowBackward2(PowBackward1):
+    """Number base, tensor exponent (torch's name; the number became a constant tensor)."""
+
+    __slots__ = ()
+
+
 @register
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
     """``a ** b``; either may be a number."""
@@ -213,10 +226,11 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
             node.exponent = b
             record_unary(node, a, out, a)
         return out
+    node_cls = PowBackward1 if isinstance(a, Tensor) else PowBackward2
     a, b = binary_operands(a, b, "pow")
     out = _binary_out(a, b, a.data ** b.data)
     if tls.grad_enabled and (a._rg or b._rg):
-        record(PowBackward1()._meta(a, b), (a, b), out, (a, b, out if b._rg else None))
+        record(node_cls()._meta(a, b), (a, b), out, (a, b, out if b._rg else None))
     return out
 
 

@@ -61,6 +61,40 @@ def _index_data(x: Tensor, idx: Any, index: Any, name: str) -> Any:
     return data if isinstance(data, x.device.xp.ndarray) else x.device.xp.asarray(data)
 
 
+# A basic index is one node here where torch chains one per indexed dim; the node takes
+# the name torch gives the last of them (its grad_fn): see _basic_node_cls.
+class SelectBackward0(IndexBackward0):  # an int
+    __slots__ = ()
+
+
+class SliceBackward0(IndexBackward0):  # a slice that is not all of its dim
+    __slots__ = ()
+
+
+class UnsqueezeBackward0(IndexBackward0):  # None (shape.py's unsqueeze has a node of this name too)
+    __slots__ = ()
+
+
+class AliasBackward0(IndexBackward0):  # only full slices and Ellipsis: x[:], x[...]
+    __slots__ = ()
+
+
+def _basic_node_cls(idx: Any) -> type:
+    """torch applies a basic index's parts left to right and skips full slices and Ellipsis,
+    so its result's grad_fn comes from the last other part (a lone slice is always sliced)."""
+    if isinstance(idx, slice):
+        return SliceBackward0
+    for i in reversed(idx if isinstance(idx, tuple) else (idx,)):
+        if i is None:
+            return UnsqueezeBackward0
+        if isinstance(i, slice):
+            if i != slice(None):
+                return SliceBackward0
+        elif i is not Ellipsis:
+            return SelectBackward0
+    return AliasBackward0
+
+
 @register
 def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]``: ints, slices, None, Ellipsis, boolean masks, integer arrays/tensors.
@@ -82,7 +116,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     if view:
         share_version(out, x)  # See Note [Views and in-place] in _core.py
     if tls.grad_enabled and x._rg:
-        node = IndexBackward0()
+        node = _basic_node_cls(idx)() if basic else IndexBackward0()
         if view:
             mark_view_node(node, x)
         node.in_shape, node.index, node.basic = x.shape, idx, basic

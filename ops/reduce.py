@@ -41,6 +41,10 @@ class SumBackward0(Node):
         return (expand(g, self.in_shape),)
 
 
+class SumBackward1(SumBackward0):  # sum with a dim, torch's name
+    __slots__ = ()
+
+
 @register
 def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
     """Sum over ``dim`` (an int, a tuple, or None for all dims)."""
@@ -49,7 +53,7 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A
     data = x.data.sum(axis=dims, keepdims=keepdim)
     out = _wrap(x.device.xp.asarray(data, dtype=x.dtype) if x.dtype.kind in "fc" else x.device.xp.asarray(data), x.device)
     if tls.grad_enabled and x._rg:
-        node = SumBackward0()
+        node = SumBackward0() if dim is None else SumBackward1()
         node.in_shape, node.dims, node.keepdim = x.shape, dims, keepdim
         record_unary(node, x, out)
     return out
@@ -67,6 +71,10 @@ class MeanBackward0(SumBackward0):
         return (div(super().backward(g)[0], self.count),)
 
 
+class MeanBackward1(MeanBackward0):  # mean with a dim, torch's name
+    __slots__ = ()
+
+
 @register
 def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     """Mean over ``dim``; floating point tensors only, like torch (empty slices give nan)."""
@@ -81,7 +89,7 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
         data = x.data.sum(axis=dims, keepdims=keepdim) / (n if n else float("nan"))
     out = _wrap(x.device.xp.asarray(data, dtype=x.dtype), x.device)
     if tls.grad_enabled and x._rg:
-        node = MeanBackward0()
+        node = MeanBackward0() if dim is None else MeanBackward1()
         node.in_shape, node.dims, node.keepdim, node.count = x.shape, dims, keepdim, float(n) if n else float("nan")
         record_unary(node, x, out)
     return out

@@ -13,7 +13,8 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim, record, record_unary, register,
+from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim,
+                    normalize_dims, record, record_unary, register,
                     result_dtype, share_version, sum_to_array, tls)
 
 
@@ -39,18 +40,38 @@ class ViewBackward0(Node):
         return (reshape(g, self.in_shape),)
 
 
+# squeeze and unsqueeze are reshapes whose nodes carry torch's names.
+class SqueezeBackward0(ViewBackward0):  # squeeze()
+    __slots__ = ()
+
+
+class SqueezeBackward1(ViewBackward0):  # squeeze(dim)
+    __slots__ = ()
+
+
+class SqueezeBackward2(ViewBackward0):  # squeeze(dims)
+    __slots__ = ()
+
+
+class UnsqueezeBackward0(ViewBackward0):
+    __slots__ = ()
+
+
 @register
 def reshape(x: Tensor, shape: Any) -> Tensor:
     """The same elements in a new shape (one dim may be -1)."""
     check_tensor(x, "reshape")
-    shape = _shape_arg((shape,) if isinstance(shape, int) else (tuple(shape),))
+    return _reshape(x, _shape_arg((shape,) if isinstance(shape, int) else (tuple(shape),)), ViewBackward0)
+
+
+def _reshape(x: Tensor, shape: tuple, node_cls: type) -> Tensor:
     try:
         data = x.data.reshape(shape)
     except ValueError:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.data.size} (shape {list(x.shape)})") from None
     out = _view_out(data, x)
     if tls.grad_enabled and x._rg:
-        node = ViewBackward0()
+        node = node_cls()
         mark_view_node(node, x)
         node.in_shape = x.shape
         record_unary(node, x, out)
@@ -149,14 +170,17 @@ def _expand_record(x: Tensor, data: Any, shape: tuple) -> Tensor:
 
 @register
 def squeeze(x: Tensor, dim: Any = None) -> Tensor:
-    """Drop size-1 dims (only ``dim`` when given; a no-op if that dim is not 1)."""
+    """Drop size-1 dims: all of them, or only those of ``dim`` (an int or a tuple of ints, as
+    in torch 2); a dim that is not of size 1 is kept."""
     check_tensor(x, "squeeze")
     if dim is None:
-        shape = tuple(s for s in x.shape if s != 1)
+        drop, node_cls = range(x.ndim), SqueezeBackward0
+    elif isinstance(dim, (tuple, list)):
+        drop, node_cls = normalize_dims(dim, x.ndim, "squeeze") if dim else (), SqueezeBackward2
     else:
-        d = normalize_dim(dim, x.ndim, "squeeze")
-        shape = x.shape if x.ndim == 0 or x.shape[d] != 1 else x.shape[:d] + x.shape[d + 1:]
-    return reshape(x, shape)
+        drop, node_cls = (normalize_dim(dim, x.ndim, "squeeze"),), SqueezeBackward1
+    shape = tuple(s for i, s in enumerate(x.shape) if not (s == 1 and i in drop))
+    return _reshape(x, shape, node_cls)
 
 
 @register
@@ -164,7 +188,7 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """Insert a size-1 dim at ``dim`` (negative counts from the end of the result)."""
     check_tensor(x, "unsqueeze")
     d = normalize_dim(dim, x.ndim + 1, "unsqueeze")
-    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+    return _reshape(x, x.shape[:d] + (1,) + x.shape[d:], UnsqueezeBackward0)
 
 
 # --- joining and splitting ------------------------------------------------------------------
