@@ -5,6 +5,9 @@ Floats default to float32 and integers to int64, as in torch; numpy arrays keep 
 >>> import engine
 >>> engine.tensor([1, 2]).dtype, engine.tensor([1.0]).dtype, engine.zeros(2, 3).shape
 (dtype('int64'), dtype('float32'), (2, 3))
+
+The shape functions also take torch's keyword spellings: ``zeros(size=(2, 3))``,
+``full(size=(2,), fill_value=1.5)``, ``arange(start=1, end=5, step=2)``, ``arange(end=3)``.
 """
 from __future__ import annotations
 
@@ -25,6 +28,20 @@ def _shape(shape: tuple) -> tuple:
         if not isinstance(s, (int, numpy.integer)) or s < 0:
             raise ValueError(f"a shape must be non-negative integers, got {shape}")
     return tuple(int(s) for s in shape)
+
+
+def _shape_or_size(fname: str, shape: tuple, size: Any) -> tuple:
+    """The shape given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as torch's ``size=``."""
+    if size is None:
+        return shape
+    if shape:
+        raise TypeError(f"{fname}() got multiple values for argument 'size': the shape was given "
+                        f"positionally {shape!r} and as size={size!r}; pass it one way")
+    if isinstance(size, (int, numpy.integer)) and not isinstance(size, bool):
+        return (size,)
+    if isinstance(size, (tuple, list)):
+        return (tuple(size),)
+    raise TypeError(f"{fname}(): argument 'size' must be a tuple of ints, not {type(size).__name__}")
 
 
 def _finish(data: Any, device: Any, requires_grad: bool) -> Tensor:
@@ -60,22 +77,53 @@ def _filled(fill: Any, shape: tuple, dtype: Any, device: Any, requires_grad: boo
         return _finish(fill(dev.xp, _shape(shape), dt), dev, requires_grad)
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(*shape: Any, size: Any = None, dtype: Any = None, device: Any = None,
+          requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros: ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``; ``zeros()`` is 0-d."""
+    shape = _shape_or_size("zeros", shape, size)
     return _filled(lambda xp, s, d: xp.zeros(s, dtype=d), shape, dtype, device, requires_grad)
 
 
-def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*shape: Any, size: Any = None, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of ones; the shape is given as for :func:`zeros`."""
+    shape = _shape_or_size("ones", shape, size)
     return _filled(lambda xp, s, d: xp.ones(s, dtype=d), shape, dtype, device, requires_grad)
 
 
-def empty(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def empty(*shape: Any, size: Any = None, dtype: Any = None, device: Any = None,
+          requires_grad: bool = False) -> Tensor:
+    """An uninitialized tensor (whatever the memory held); the shape is given as for :func:`zeros`."""
+    shape = _shape_or_size("empty", shape, size)
     return _filled(lambda xp, s, d: xp.empty(s, dtype=d), shape, dtype, device, requires_grad)
 
 
-def full(shape: Any, value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def _one_of(fname: str, ours: str, ours_value: Any, torchs: str, torchs_value: Any) -> Any:
+    """The value of an argument that has two names (``shape``/``size``, ``value``/``fill_value``)."""
+    if torchs_value is None:
+        return ours_value
+    if ours_value is not None:
+        raise TypeError(f"{fname}() got multiple values for argument '{torchs}': {ours}={ours_value!r} "
+                        f"(or positionally) and {torchs}={torchs_value!r}; pass it once")
+    return torchs_value
+
+
+def full(shape: Any = None, value: Any = None, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False, *, size: Any = None, fill_value: Any = None) -> Tensor:
+    """A tensor of ``shape`` (an int or a sequence of ints) filled with ``value``.
+
+    torch's keyword names work too: ``full(size=(2, 3), fill_value=1.5)``. Without a dtype, a
+    bool value gives bool, an int int64, a float float32 (torch's rule)."""
+    shape = _one_of("full", "shape", shape, "size", size)
+    value = _one_of("full", "value", value, "fill_value", fill_value)
+    missing = [n for n, v in (("size", shape), ("fill_value", value)) if v is None]
+    if missing:
+        raise TypeError(f"full() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: "
+                        + " and ".join(f"'{n}'" for n in missing)
+                        + " (full(size, fill_value), also spelled full(shape, value))")
     if dtype is None and isinstance(value, bool):
         dtype = numpy.bool_
-    elif dtype is None and isinstance(value, int):
+    elif dtype is None and isinstance(value, (int, numpy.integer)):
         dtype = numpy.int64
     shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
     return _filled(lambda xp, s, d: xp.full(s, value, dtype=d), shape, dtype, device, requires_grad)
@@ -89,10 +137,12 @@ def _like(t: Tensor, fill: Any, dtype: Any, device: Any, requires_grad: bool) ->
 
 
 def zeros_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """Zeros with ``t``'s shape, and its dtype and device unless given."""
     return _like(t, lambda xp, s, d: xp.zeros(s, dtype=d), dtype, device, requires_grad)
 
 
 def ones_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """Ones with ``t``'s shape, and its dtype and device unless given."""
     return _like(t, lambda xp, s, d: xp.ones(s, dtype=d), dtype, device, requires_grad)
 
 
@@ -100,21 +150,74 @@ def empty_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: 
     return _like(t, lambda xp, s, d: xp.empty(s, dtype=d), dtype, device, requires_grad)
 
 
-def full_like(t: Tensor, value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full_like(t: Tensor, value: Any = None, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+              *, fill_value: Any = None) -> Tensor:
+    """``t``'s shape filled with ``value`` (torch's name ``fill_value=`` works too), in ``t``'s dtype."""
+    value = _one_of("full_like", "value", value, "fill_value", fill_value)
+    if value is None:
+        raise TypeError("full_like() missing 1 required argument: 'fill_value'")
     return _like(t, lambda xp, s, d: xp.full(s, value, dtype=d), dtype, device, requires_grad)
 
 
-def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None,
-           requires_grad: bool = False) -> Tensor:
-    """Like torch.arange: int64 for integer arguments, float32 otherwise."""
+_ARANGE_POSITIONAL = ("start", "end", "step", "dtype", "device", "requires_grad")
+
+
+def _arange_number(name: str, v: Any) -> Any:
+    if isinstance(v, Tensor):
+        if v.ndim != 0:
+            raise TypeError(f"arange(): argument '{name}' must be a number or a 0-d tensor, "
+                            f"got a tensor of shape {v.shape}")
+        return v.item()
+    if not isinstance(v, (int, float, numpy.integer, numpy.floating)):
+        raise TypeError(f"arange(): argument '{name}' must be a number, not {type(v).__name__}")
+    return v
+
+
+def arange(*args: Any, start: Any = None, end: Any = None, step: Any = None, dtype: Any = None,
+           device: Any = None, requires_grad: bool = False) -> Tensor:
+    """Like torch.arange: ``arange(end)``, ``arange(start, end, step=1)``, or with keywords
+    (``arange(end=3)``, ``arange(start=1, end=5, step=2)``). A single positional argument is
+    ``end`` (start 0). int64 for integer arguments, float32 otherwise.
+
+    For compatibility, ``dtype``, ``device`` and ``requires_grad`` may also follow ``step``
+    positionally."""
+    if len(args) > len(_ARANGE_POSITIONAL):
+        raise TypeError(f"arange() takes at most 3 positional numbers (start, end, step), "
+                        f"then dtype, device, requires_grad; {len(args)} arguments were given")
+    kw = {"start": start, "end": end, "step": step, "dtype": dtype, "device": device,
+          "requires_grad": requires_grad}
+    if len(args) == 1 and end is not None:  # arange(start, end=...)
+        names: tuple = ("start",)
+    elif len(args) == 1:  # arange(end)
+        if start is not None:
+            raise TypeError(f"arange() got start={start!r} and a single positional argument ({args[0]!r}), "
+                            f"which arange reads as 'end'; write arange(start, end) or pass end= as a keyword")
+        names = ("end",)
+    else:
+        names = _ARANGE_POSITIONAL[:len(args)]
+    for name, value in zip(names, args):
+        given = kw[name] is not None and not (name == "requires_grad" and kw[name] is False)
+        if given:
+            raise TypeError(f"arange() got multiple values for argument '{name}'")
+        kw[name] = value
+    start, end, step = kw["start"], kw["end"], kw["step"]
+    if end is None and len(args) >= 1 and args[0] is not None and len(names) > 1:
+        start, end = None, start  # arange(5, None[, step]): the old spelling of arange(5)
     if end is None:
-        start, end = 0, start
-    dev = to_device(device)
-    dt = to_dtype(dtype)
+        raise TypeError("arange() missing required argument 'end' "
+                        "(arange(end), arange(start, end, step=1), or end= as a keyword)")
+    end = _arange_number("end", end)
+    start = 0 if start is None else _arange_number("start", start)
+    step = 1 if step is None else _arange_number("step", step)
+    if step == 0:
+        raise RuntimeError("arange(): step must be nonzero")
+    dev = to_device(kw["device"])
+    dt = to_dtype(kw["dtype"])
     if dt is None:
-        dt = numpy.dtype(numpy.int64) if all(isinstance(v, (int, numpy.integer)) for v in (start, end, step)) else _DEFAULT_FLOAT
+        ints = all(isinstance(v, (int, numpy.integer)) for v in (start, end, step))
+        dt = numpy.dtype(numpy.int64) if ints else _DEFAULT_FLOAT
     with dev.guard():
-        return _finish(dev.xp.arange(start, end, step, dtype=dt), dev, requires_grad)
+        return _finish(dev.xp.arange(start, end, step, dtype=dt), dev, kw["requires_grad"])
 
 
 # --- random numbers ---------------------------------------------------------------------
@@ -157,11 +260,15 @@ def _random(kind: str, shape: tuple, dtype: Any, device: Any, requires_grad: boo
     return _finish(dev.asarray(random_array(kind, _shape(shape), dt)), dev, requires_grad)
 
 
-def rand(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Uniform samples in [0, 1) from the generator seeded by :func:`manual_seed`."""
-    return _random("uniform", shape, dtype, device, requires_grad)
+def rand(*shape: Any, size: Any = None, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    """Uniform samples in [0, 1) from the generator seeded by :func:`manual_seed`; the shape is
+    given as for :func:`zeros` (``rand(2, 3)``, ``rand((2, 3))``, ``rand(size=(2, 3))``)."""
+    return _random("uniform", _shape_or_size("rand", shape, size), dtype, device, requires_grad)
 
 
-def randn(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Standard normal samples from the generator seeded by :func:`manual_seed`."""
-    return _random("normal", shape, dtype, device, requires_grad)
+def randn(*shape: Any, size: Any = None, dtype: Any = None, device: Any = None,
+          requires_grad: bool = False) -> Tensor:
+    """Standard normal samples from the generator seeded by :func:`manual_seed`; the shape is
+    given as for :func:`zeros`."""
+    return _random("normal", _shape_or_size("randn", shape, size), dtype, device, requires_grad)
