@@ -470,6 +470,11 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
     if not isinstance(condition, Tensor):
         like = input if isinstance(input, Tensor) else other
         condition = as_operand(condition, check_tensor(like, "where", "input"), "where")
+    elif not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        # where(cond, 1.0, 0.0): the first number becomes a tensor by torch's default dtypes
+        from engine.creation import tensor
+
+        input = tensor(input, device=condition.device)
     a, b = binary_operands(input, other, "where")
     if condition.device is not a.device:
         raise device_error("where", condition, a)

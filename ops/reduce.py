@@ -181,13 +181,23 @@ def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
     >>> values, indices = ops.max(engine.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
     >>> values.tolist(), indices.tolist()
     ([5.0, 7.0], [1, 0])
+
+    With a tensor in place of ``dim``, it is :func:`ops.maximum` of the two, as torch.max(a, b).
     """
+    if isinstance(dim, Tensor):
+        from .elementwise import maximum
+
+        return maximum(x, dim)
     return _extreme(x, dim, keepdim, "max")
 
 
 @register
 def min(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001 - torch's name
     """The smallest element, or with ``dim`` a ``(values, indices)`` pair; see :func:`max`."""
+    if isinstance(dim, Tensor):  # torch.min(a, b)
+        from .elementwise import minimum
+
+        return minimum(x, dim)
     return _extreme(x, dim, keepdim, "min")
 
 

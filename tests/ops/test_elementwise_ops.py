@@ -176,3 +176,20 @@ def test_pow_gradients_at_zero_follow_torch() -> None:
         (a ** b).sum().backward()
     assert a.grad.tolist() == [0.0, -np.inf, 0.0, 0.0]
     assert b.grad.tolist() == [0.0, -np.inf, 0.0, pytest.approx(np.log(2.0))]
+
+
+def test_where_with_two_numbers_takes_torch_default_dtypes() -> None:
+    c = engine.tensor([True, False])
+    assert ops.where(c, 1.0, 0.0).dtype == np.float32 and ops.where(c, 1.0, 0.0).tolist() == [1.0, 0.0]
+    assert ops.where(c, 1, 0).dtype == np.int64
+    assert ops.where(c, 1, 0.5).tolist() == [1.0, 0.5]
+
+
+@pytest.mark.parametrize("name,expected,grad_a", [("max", [3.0, 5.0], [0.0, 1.0]), ("min", [1.0, 2.0], [1.0, 0.0])])
+def test_max_and_min_of_two_tensors_are_maximum_and_minimum(name, expected, grad_a) -> None:
+    a = engine.tensor([1.0, 5.0], requires_grad=True)
+    b = engine.tensor([3.0, 2.0])
+    y = getattr(ops, name)(a, b)
+    assert y.tolist() == expected and getattr(a, name)(b).tolist() == expected
+    y.sum().backward()
+    assert a.grad.tolist() == grad_a
