@@ -60,6 +60,13 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     elif hasattr(data, "__cuda_array_interface__"):  # a cupy array
         data = data.get()
     from_array = isinstance(data, (numpy.ndarray, numpy.generic))
+    if isinstance(data, (list, tuple)) and data:
+        # torch infers a sequence's dtype from its elements: typed ones (numpy scalars and
+        # arrays, tensors, which become host arrays here) keep theirs; Python floats give float32
+        first = _first_leaf(data)
+        if isinstance(first, Tensor):
+            data = _host_nested(data)
+        from_array = isinstance(first, (Tensor, numpy.ndarray, numpy.generic))
     arr = numpy.array(data, copy=True)  # always a copy, like torch.tensor
     if arr.dtype.kind in "USO":
         raise TypeError(f"engine.tensor: cannot make a numeric tensor from {type(data).__name__} {data!r:.60}")
@@ -68,6 +75,21 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     if dt is not None:
         arr = arr.astype(dt, copy=False)
     return _finish(arr if dev.xp is numpy else dev.asarray(arr), dev, requires_grad)
+
+
+def _first_leaf(data: Any) -> Any:
+    while isinstance(data, (list, tuple)) and data:
+        data = data[0]
+    return data
+
+
+def _host_nested(data: Any) -> Any:
+    """Nested sequences with the Tensors in them replaced by host arrays."""
+    if isinstance(data, Tensor):
+        return data.device.to_host(data.data)
+    if isinstance(data, (list, tuple)):
+        return [_host_nested(d) for d in data]
+    return data
 
 
 def _filled(fill: Any, shape: tuple, dtype: Any, device: Any, requires_grad: bool) -> Tensor:

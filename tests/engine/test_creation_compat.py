@@ -245,3 +245,16 @@ def test_like_functions_unchanged():
     check(engine.zeros_like(src), (1, 3), np.int64, [[0, 0, 0]])
     check(engine.ones_like(src, dtype=np.float32), (1, 3), np.float32, [[1.0, 1.0, 1.0]])
     assert engine.empty_like(src).device is devices.cpu
+
+
+@pytest.mark.parametrize("data, dtype, values", [
+    ([np.float64(1.5)], np.float64, [1.5]),                       # numpy scalars keep their dtype
+    ([[np.float32(1.0), np.float32(2.0)]], np.float32, [[1.0, 2.0]]),
+    ([np.int32(3)], np.int32, [3]),
+    ([1.5, 2.0], np.float32, [1.5, 2.0]),                           # Python floats: float32
+    ([engine.tensor(1.0), engine.tensor(2.0)], np.float32, [1.0, 2.0]),  # 0-d tensors, their dtype
+    ([engine.tensor(1.0, dtype=np.float64)], np.float64, [1.0]),
+])
+def test_tensor_from_a_sequence_infers_the_dtype_as_torch(data, dtype, values):
+    t = engine.tensor(data)
+    assert t.dtype == dtype and t.tolist() == values
