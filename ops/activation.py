@@ -134,7 +134,7 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     elif approximate == "tanh":
         res = 0.5 * data * (1 + xp.tanh(_TANH_K * (data + _TANH_C * data * data * data)))
     else:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise RuntimeError(f"gelu: approximate argument must be either 'none' or 'tanh', got {approximate!r}")
     out = _wrap(res.astype(x.dtype, copy=False), x.device)
     if tls.grad_enabled and x._rg:
         node = GeluBackward0()

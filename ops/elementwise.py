@@ -479,7 +479,7 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
     if condition.device is not a.device:
         raise device_error("where", condition, a)
     if condition.dtype.kind != "b":
-        raise TypeError(f"where: condition must be a bool tensor, got dtype {condition.dtype}; compare first (e.g. x > 0)")
+        raise RuntimeError(f"where: condition must be a bool tensor, got dtype {condition.dtype}; compare first (e.g. x > 0)")
     out = _binary_out(a, b, a.device.xp.where(condition.data, a.data, b.data))
     if tls.grad_enabled and (a._rg or b._rg):
         record(WhereBackward0()._meta(a, b), (None, a, b), out, (condition,))

@@ -262,5 +262,7 @@ def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_i
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002 - torch's name
     """``mean((input - target) ** 2)`` (or ``sum`` / ``none``), broadcasting like torch."""
     check_tensor(input, "mse_loss")
+    if isinstance(target, Tensor) and target.device is not input.device:
+        raise device_error("mse_loss", input, target)
     d = sub(input, target)
     return _reduce(mul(d, d), reduction, "mse_loss")

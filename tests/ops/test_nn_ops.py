@@ -123,3 +123,9 @@ def test_mse_loss_reductions() -> None:
     assert ops.mse_loss(a, b).item() == 2.5
     assert ops.mse_loss(a, b, reduction="sum").item() == 5.0
     assert ops.mse_loss(a, b, reduction="none").tolist() == [1.0, 4.0]
+
+
+def test_mse_loss_on_two_devices_names_itself_and_both_devices() -> None:
+    x = engine.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="^mse_loss: expected all tensors to be on the same device.*cpu and virtual:1"):
+        ops.mse_loss(x, engine.ones(3, device="virtual:1"))
