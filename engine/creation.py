@@ -60,13 +60,15 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     elif hasattr(data, "__cuda_array_interface__"):  # a cupy array
         data = data.get()
     from_array = isinstance(data, (numpy.ndarray, numpy.generic))
-    if isinstance(data, (list, tuple)) and data:
-        # torch infers a sequence's dtype from its elements: typed ones (numpy scalars and
-        # arrays, tensors, which become host arrays here) keep theirs; Python floats give float32
-        first = _first_leaf(data)
-        if isinstance(first, Tensor):
+    if isinstance(data, (list, tuple)) and data and isinstance(_first_leaf(data), _TYPED):
+        # A sequence of typed elements (numpy scalars or arrays, tensors, which become host
+        # arrays here) keeps their dtype, as in torch; once a Python number is among them, the
+        # usual rule below applies (floats give float32). Only sequences that start with a
+        # typed element are scanned, so long lists of Python numbers cost nothing more.
+        leaves = list(_leaves(data))
+        if any(isinstance(leaf, Tensor) for leaf in leaves):
             data = _host_nested(data)
-        from_array = isinstance(first, (Tensor, numpy.ndarray, numpy.generic))
+        from_array = all(isinstance(leaf, _TYPED) for leaf in leaves)
     arr = numpy.array(data, copy=True)  # always a copy, like torch.tensor
     if arr.dtype.kind in "USO":
         raise TypeError(f"engine.tensor: cannot make a numeric tensor from {type(data).__name__} {data!r:.60}")
@@ -77,10 +79,21 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return _finish(arr if dev.xp is numpy else dev.asarray(arr), dev, requires_grad)
 
 
+_TYPED = (Tensor, numpy.ndarray, numpy.generic)
+
+
 def _first_leaf(data: Any) -> Any:
     while isinstance(data, (list, tuple)) and data:
         data = data[0]
     return data
+
+
+def _leaves(data: Any) -> Any:
+    if isinstance(data, (list, tuple)):
+        for d in data:
+            yield from _leaves(d)
+    else:
+        yield data
 
 
 def _host_nested(data: Any) -> Any:

@@ -70,14 +70,20 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
     """A non-Tensor operand (number, list, array) as a constant tensor on ``like``'s device.
 
     Python numbers take ``like``'s dtype (torch's rule: ``float32_tensor * 2.0`` stays
-    float32), except a float with an integer tensor, which gives the default float32.
+    float32), except a float with an integer or bool tensor, which gives the default float32,
+    and an int with a bool tensor, which gives int64.
     """
     if isinstance(x, Tensor):
         return x
     if type(x) is float and like.data.dtype.kind == "f":
         return _wrap(like.device.xp.asarray(x, dtype=like.data.dtype), like.device)  # the usual case, fast
     if isinstance(x, (bool, Number)) and not isinstance(x, numpy.ndarray):
-        if like.dtype.kind in "fc" or isinstance(x, (bool, int, numpy.integer)):
+        kind = like.dtype.kind
+        if isinstance(x, (bool, numpy.bool_)):
+            dt = like.dtype
+        elif isinstance(x, (int, numpy.integer)):
+            dt = like.dtype if kind != "b" else numpy.int64  # bool tensor + 2 -> int64, as torch
+        elif kind in "fc":
             dt = like.dtype
         else:
             dt = numpy.float32

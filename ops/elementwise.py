@@ -10,6 +10,8 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+import numpy
+
 from engine.tensor import Tensor, _wrap
 
 from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit, grad_of,
@@ -212,14 +214,17 @@ class PowBackward2(PowBackward1):
 @register
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
     """``a ** b``; either may be a number."""
-    if isinstance(a, Tensor) and not isinstance(b, (Tensor, bool)) and isinstance(b, (int, float)):
+    if (isinstance(a, Tensor) and isinstance(b, (int, float, numpy.integer, numpy.floating))
+            and not isinstance(b, (bool, numpy.bool_))):
         # A number exponent keeps the base's dtype, as in torch (an integer base with a float
-        # exponent gives the default float32): a numpy scalar (numpy.float64 is a float) would
-        # promote under numpy's rules, so it is used as the Python number it stands for.
-        b = float(b) if isinstance(b, float) else int(b)
+        # exponent gives the default float32, a bool base with an int one int64): a numpy
+        # scalar would promote under numpy's rules, so it is used as the Python number it is.
+        b = float(b) if isinstance(b, (float, numpy.floating)) else int(b)
         ad = a.data
         if isinstance(b, float) and ad.dtype.kind not in "fc":
             ad = ad.astype("float32")
+        elif ad.dtype.kind == "b":
+            ad = ad.astype("int64")
         out = _wrap(a.device.xp.asarray(ad ** b), a.device)
         if tls.grad_enabled and a._rg:
             node = PowBackward0()
@@ -474,6 +479,8 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
         # where(cond, 1.0, 0.0): the first number becomes a tensor by torch's default dtypes
         from engine.creation import tensor
 
+        if isinstance(input, numpy.generic):  # a number, as a Python one (pow's rule)
+            input = input.item()
         input = tensor(input, device=condition.device)
     a, b = binary_operands(input, other, "where")
     if condition.device is not a.device:

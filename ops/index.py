@@ -56,6 +56,12 @@ class IndexBackward0(Node):
 def _index_data(x: Tensor, idx: Any, index: Any, name: str) -> Any:
     try:
         data = x.data[idx]
+        if not isinstance(data, x.device.xp.ndarray) and is_basic(idx):
+            # An int per dim gives numpy a scalar, a copy; with a trailing Ellipsis it gives a
+            # 0-d view, so x[0] of a 1-D x is a view as in torch (x[0].add_(1) changes x).
+            parts = idx if isinstance(idx, tuple) else (idx,)
+            if not any(p is Ellipsis for p in parts):
+                data = x.data[parts + (Ellipsis,)]
     except IndexError as e:
         raise IndexError(f"{name}: index {index!r:.80} is invalid for a tensor of shape {list(x.shape)} ({e})") from None
     return data if isinstance(data, x.device.xp.ndarray) else x.device.xp.asarray(data)
@@ -79,18 +85,29 @@ class AliasBackward0(IndexBackward0):  # only full slices and Ellipsis: x[:], x[
     __slots__ = ()
 
 
-def _basic_node_cls(idx: Any) -> type:
-    """torch applies a basic index's parts left to right and skips full slices and Ellipsis,
-    so its result's grad_fn comes from the last other part (a lone slice is always sliced)."""
+def _basic_node_cls(idx: Any, shape: tuple) -> type:
+    """torch applies a basic index's parts left to right and skips Ellipsis and the slices that
+    cover their whole dim, so its result's grad_fn comes from the last other part (a lone
+    slice is always sliced)."""
     if isinstance(idx, slice):
         return SliceBackward0
-    for i in reversed(idx if isinstance(idx, tuple) else (idx,)):
-        if i is None:
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    # the dim each part indexes: None takes none; Ellipsis stands for the dims no part names
+    named = sum(1 for p in parts if p is not None and p is not Ellipsis)
+    dims, d = [], 0
+    for p in parts:
+        dims.append(d)
+        if p is Ellipsis:
+            d += len(shape) - named
+        elif p is not None:
+            d += 1
+    for p, d in zip(reversed(parts), reversed(dims)):
+        if p is None:
             return UnsqueezeBackward0
-        if isinstance(i, slice):
-            if i != slice(None):
+        if isinstance(p, slice):
+            if p.indices(shape[d]) != (0, shape[d], 1):
                 return SliceBackward0
-        elif i is not Ellipsis:
+        elif p is not Ellipsis:
             return SelectBackward0
     return AliasBackward0
 
@@ -116,7 +133,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     if view:
         share_version(out, x)  # See Note [Views and in-place] in _core.py
     if tls.grad_enabled and x._rg:
-        node = _basic_node_cls(idx)() if basic else IndexBackward0()
+        node = _basic_node_cls(idx, x.shape)() if basic else IndexBackward0()
         if view:
             mark_view_node(node, x)
         node.in_shape, node.index, node.basic = x.shape, idx, basic

@@ -52,6 +52,8 @@ def leaf(*vals):
         (lambda x, w: x.reshape(2, 1)[1:, 0], "SelectBackward0"),
         (lambda x, w: x.reshape(2, 1)[0, :], "SelectBackward0"),
         (lambda x, w: x.reshape(2, 1)[:, :], "AliasBackward0"),
+        (lambda x, w: x.reshape(1, 2)[0, 0:2], "SelectBackward0"),  # 0:2 covers its dim: skipped
+        (lambda x, w: x.reshape(1, 2)[None, 0:1], "UnsqueezeBackward0"),
         (lambda x, w: x[...], "AliasBackward0"),
         (lambda x, w: x[None], "UnsqueezeBackward0"),
         (lambda x, w: x[[0, 1]], "IndexBackward0"),

@@ -193,3 +193,27 @@ def test_max_and_min_of_two_tensors_are_maximum_and_minimum(name, expected, grad
     assert y.tolist() == expected and getattr(a, name)(b).tolist() == expected
     y.sum().backward()
     assert a.grad.tolist() == grad_a
+
+
+def test_a_bool_tensor_with_numbers_promotes_as_torch() -> None:
+    c = engine.tensor([True, False])
+    assert (c + 2).dtype == np.int64 and (c + 2).tolist() == [3, 2]
+    assert (c * 1.5).dtype == np.float32 and (c * 1.5).tolist() == [1.5, 0.0]
+    assert (c + True).dtype == np.bool_
+    assert ops.where(c, True, 2).dtype == np.int64 and ops.where(c, True, 2).tolist() == [1, 2]
+    assert (c ** 2).dtype == np.int64
+
+
+@pytest.mark.parametrize("exponent", [np.float32(2.0), np.int64(2), np.float64(2.0), 2, 2.0])
+def test_a_numpy_scalar_exponent_is_a_number_exponent(exponent) -> None:
+    x = engine.tensor([1.0, 3.0], requires_grad=True)
+    y = x ** exponent
+    assert y.grad_fn.name() == "PowBackward0" and y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 6.0]
+
+
+def test_where_with_numpy_scalars_takes_them_as_numbers() -> None:
+    c = engine.tensor([True, False])
+    assert ops.where(c, np.float64(1.0), 0.0).dtype == np.float32
+    assert ops.where(c, np.int32(1), 0).dtype == np.int64

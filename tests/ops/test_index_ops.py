@@ -94,3 +94,27 @@ def test_a_cpu_index_may_index_a_tensor_on_another_device_but_not_gather_it() ->
     assert x.grad.device == x.device and x.grad.tolist() == [[0.0, 0.0], [1.0, 1.0]]
     with pytest.raises(RuntimeError, match="gather: expected all tensors to be on the same device"):
         ops.gather(x, 1, engine.tensor([[1], [0]]))
+
+
+def test_an_int_per_dim_gives_a_0d_view_as_torch() -> None:
+    x = engine.zeros(2)
+    v = x[0]
+    v.add_(1.0)
+    assert x.tolist() == [1.0, 0.0] and x.version == v.version == 1
+    y = engine.zeros(2, 2)
+    y[0, 1].add_(5.0)
+    assert y.tolist() == [[0.0, 5.0], [0.0, 0.0]]
+    z = engine.tensor(3.0)
+    z[()].mul_(2.0)
+    assert z.item() == 6.0
+
+
+def test_a_0d_view_saved_for_backward_is_version_checked() -> None:
+    w = engine.tensor([1.0, 2.0], requires_grad=True)
+    with engine.no_grad():
+        base = engine.zeros(2)
+    s = base[1]
+    y = (w * s).sum()  # s is saved by mul
+    s.add_(1.0)        # through the 0-d view: base and s share a version counter
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
