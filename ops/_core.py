@@ -265,11 +265,14 @@ def const(data: Any, like: Tensor) -> Tensor:
 #           changes the root while views of it exist.
 # A view node (grad_fn of a view) created at generation k stores ``_view_gen = k``. The
 # rules, enforced in inplace.py and by :func:`check_fresh`:
-#   * a recorded in-place op on a view raises (the base's graph would miss the change);
-#   * a view whose generation is older than its root's raises when used by any op: its
-#     grad_fn still points at the root's old graph, so its gradients would be wrong.
-# Both are clear errors where torch would rebase the graph (CopySlices); never wrong
-# gradients. In-place ops under no_grad, or on tensors nothing requires grad of, are free.
+#   * a recorded in-place op on a view rebases the root too (Note [In-place ops on views]
+#     in inplace.py, PyTorch's CopySlices);
+#   * a view whose generation is older than its root's has a grad_fn that still points at
+#     the root's old graph: when an op uses it, it takes its history anew from the root's
+#     current graph at its own positions (:func:`view_index`), as torch regenerates a view's
+#     grad_fn. Where that cannot be done (the root is gone or is a leaf, a view outside the
+#     graph), the op raises: never wrong gradients.
+# In-place ops under no_grad, or on tensors nothing requires grad of, are free.
 
 _view_lock = threading.Lock()  # guards the one-time marking of a root (see Note above)
 
@@ -291,12 +294,60 @@ def mark_view_node(node: Node, x: Tensor) -> None:
         node._view_gen = vc[2]
 
 
+def _address(a: Any) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
+
+
+def view_index(view: Tensor, root: Tensor) -> Any:
+    """For each element of ``view``, its position in ``root`` flattened in C order (an int64
+    host array of the view's shape), read from the two arrays' memory layout; None when it
+    cannot be read (the root's array has gaps, or the view is not aligned on its elements)."""
+    r, v = root.data, view.data
+    if not (r.flags.c_contiguous or r.flags.f_contiguous):
+        return None
+    size = r.itemsize
+    offset = _address(v) - _address(r)
+    if offset % size or any(st % size for st in v.strides) or not 0 <= offset < max(r.nbytes, 1):
+        return None
+    # Each element's C-order position, laid out in memory as the root's elements are: the
+    # view's offset and strides then pick its elements' positions.
+    logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
+    in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
+    return numpy.lib.stride_tricks.as_strided(in_memory[offset // size:], v.shape,
+                                              tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
+
+
+def _regenerate_view(t: Tensor, vc: list) -> bool:
+    """Give the stale view ``t`` the history "its elements of the root as the root is now":
+    the root's current graph, read at the view's positions (PyTorch regenerates a view's
+    grad_fn the same way). False when the root is gone or its layout cannot be read."""
+    root = vc[1]()
+    if root is None or root.grad_fn is None:  # gone, or a leaf: no graph to read from
+        return False
+    idx = view_index(t, root)
+    if idx is None:
+        return False
+    if not tls.grad_enabled:
+        return True  # nothing is recorded now; the view is brought up to date when it is
+    from .index import getitem
+    from .shape import reshape
+
+    proxy = _wrap(root.data, root.device)  # stands for the root in the graph (shares no counter)
+    proxy.grad_fn, proxy._output_nr, proxy._rg = root.grad_fn, root._output_nr, root._rg
+    regen = getitem(reshape(proxy, (-1,)), idx)
+    t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
+    if t.grad_fn is not None:
+        t.grad_fn._view_gen = vc[2]
+    return True
+
+
 def check_fresh(t: Tensor, name: str) -> None:
-    """Raise when ``t`` is a view made stale by a recorded in-place op on its root."""
+    """Bring a view made stale by a recorded in-place op on its root up to date (a recorded view:
+    its history is taken anew from the root's), or raise when that cannot be done."""
     vc = t._vc
     if len(vc) > 2 and vc[1]() is not t:
         made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
-        if made < vc[2]:
+        if made < vc[2] and not (t.grad_fn is not None and _regenerate_view(t, vc)):
             raise RuntimeError(
                 f"{name}: this tensor is a view (or a detach() alias) of a tensor that an in-place op changed "
                 "afterwards while recording gradients, so its graph is out of date and its gradients would be "

@@ -14,8 +14,21 @@ node that saved the tensor earlier raises "modified by an inplace operation" in 
   copy of the old array that carries this tensor's grad_fn, so the new node saves values
   that the write below cannot change. The result is written into the array in place, and
   this tensor takes over the result's grad_fn.
-* Recorded in-place ops on views, and later use of views made stale by one, raise instead
-  of giving wrong gradients. See Note [Views and in-place] in _core.py.
+* A recorded in-place op on a view also rebases its root: Note [In-place ops on views].
+  Later use of *other* views made stale by one raises instead of giving wrong gradients.
+  See Note [Views and in-place] in _core.py.
+
+Note [In-place ops on views]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+``v = y[1:]; v.mul_(3)`` changes ``y`` too, so ``y``'s history must change: as in PyTorch's
+CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". Here that is
+recorded with ops that already exist: the view's positions in its root are read from the two
+arrays' memory layout (:func:`_view_index`), and the root takes the history of
+``index_put(old root flattened, positions, result)``, so gradients reach the old root outside
+the view and the op's inputs inside it, and double backward works. The view itself takes the
+op's result as history. Only views recorded in the graph are rebased (a detach() alias is not
+a view for autograd; views of a leaf that requires grad raise, as in torch), and only when the
+root's array is C-contiguous, as every op output is; otherwise the op raises as before.
 
 >>> import engine
 >>> x = engine.tensor([1.0, 2.0])
@@ -31,8 +44,8 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from . import device, elementwise, index
-from ._core import CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
+from . import device, elementwise, index, shape
+from ._core import CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls, view_index
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -73,14 +86,34 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         raise RuntimeError(LEAF_MESSAGE)
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
-    vc = self._vc
-    if len(vc) > 1 and vc[1]() is not self:
-        raise RuntimeError(
-            f"{name}: an in-place op on a view (or detach() alias) of another tensor cannot be recorded for "
-            f"autograd here: the base tensor's graph would miss the change and its gradients would be wrong. "
-            f"Use the out-of-place form, clone() the view first, or run it under engine.no_grad()."
-        )
+    root = _view_root(self)
+    if root is not None:
+        if root.grad_fn is None and root._rg:
+            raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+        if self.grad_fn is None or view_index(self, root) is None:
+            raise RuntimeError(
+                f"{name}: an in-place op on a view (or detach() alias) of another tensor cannot be recorded for "
+                f"autograd here: the base tensor's graph would miss the change and its gradients would be wrong. "
+                f"Use the out-of-place form, clone() the view first, or run it under engine.no_grad()."
+            )
     return True
+
+
+def _view_root(self: Tensor) -> Tensor | None:
+    """The live tensor ``self`` is a view (or a detach() alias) of, if any."""
+    vc = self._vc
+    if len(vc) > 1:
+        root = vc[1]()
+        if root is not None and root is not self:
+            return root
+    return None
+
+
+class CopySlices(shape.ViewBackward0):
+    """The root's node after an in-place op on one of its views (PyTorch's name)."""
+
+    __slots__ = ()
 
 
 def _snapshot(self: Tensor) -> Tensor:
@@ -91,13 +124,25 @@ def _snapshot(self: Tensor) -> Tensor:
 
 
 def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
-    """Write ``result`` into ``self`` and make it ``self``'s history; bump the version once."""
+    """Write ``result`` into ``self`` and make it ``self``'s history; bump the version once.
+    For a view, the root's history is rebased too: see Note [In-place ops on views]."""
     _check_write(self, result.dtype, result.shape, name)
     if result.dtype != self.dtype:
         result = device.to(result, dtype=self.dtype)
+    root = _view_root(self)
+    if root is not None:
+        # The root becomes index_put(old root, the view's positions, result): recorded with the
+        # differentiable ops, so the root's gradient reaches the old root outside the view's
+        # elements and ``result``'s inputs inside them (PyTorch's CopySlices).
+        flat = index.index_put(shape.reshape(_snapshot(root), (-1,)), (view_index(self, root).ravel(),),
+                               shape.reshape(result, (-1,)))
+        rebased = shape._reshape(flat, root.shape, CopySlices)
+        root.grad_fn, root._output_nr, root._rg = rebased.grad_fn, rebased._output_nr, True
     self.data[...] = result.data
     self.grad_fn, self._output_nr, self._rg = result.grad_fn, result._output_nr, result._rg or self._rg
     _bump(self, recorded=True)
+    if root is not None:
+        self.grad_fn._view_gen = self._vc[2]  # self is up to date; other views of the root are stale
     return self
 
 
