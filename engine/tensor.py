@@ -31,12 +31,13 @@ _getrefcount = sys.getrefcount
 class _TensorExt:
     """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
 
-    __slots__ = ("hooks", "post_acc", "retains_grad", "__weakref__")
+    __slots__ = ("hooks", "post_acc", "retains_grad", "detached", "__weakref__")
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
         self.post_acc: dict = {}
         self.retains_grad = False
+        self.detached = False  # a detach() alias: shares the version counter, is no view for autograd
 
 
 def to_device(spec: Any) -> Device:
@@ -241,7 +242,15 @@ class Tensor:
     def detach(self) -> "Tensor":
         """A new leaf sharing data (and version counter) with this tensor, outside the graph."""
         t = _wrap(self.data, self.device)
-        t._vc = self._vc
+        vc = self._vc
+        if len(vc) == 1:
+            # Mark this tensor as the root of the shared counter now, so that the alias never
+            # becomes one (Note [Views and in-place] in ops/_core.py).
+            with view_lock:
+                if len(vc) == 1:
+                    vc.append(weakref.ref(self))
+        t._vc = vc
+        t._ext_obj().detached = True
         return t
 
     def cpu(self) -> "Tensor":
@@ -329,6 +338,7 @@ _acc_lock = _threading.Lock()
 # role AccumulateGrad's lock plays for leaves. accumulate_into's in-place add releases the GIL
 # on large arrays, so without it concurrent backward calls lose updates.
 nonleaf_grad_lock = _threading.Lock()
+view_lock = _threading.Lock()  # guards the one-time marking of a version counter's root (ops/_core.py)
 
 
 def gradient_edge(t: Tensor) -> tuple:

@@ -28,7 +28,6 @@ both ways and requires equal gradients, so neither form can drift from the other
 """
 from __future__ import annotations
 
-import threading
 import weakref
 from numbers import Number
 from typing import Any, Callable, TypeVar
@@ -39,6 +38,7 @@ from engine._record import needs_grad, record, record_binary, record_unary  # no
 from engine._state import tls  # noqa: F401
 from engine.graph import Node  # noqa: F401
 from engine.tensor import Tensor, _wrap
+from engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
 
 REGISTRY: dict[str, Callable[..., Any]] = {}
 
@@ -274,7 +274,6 @@ def const(data: Any, like: Tensor) -> Tensor:
 #     graph), the op raises: never wrong gradients.
 # In-place ops under no_grad, or on tensors nothing requires grad of, are free.
 
-_view_lock = threading.Lock()  # guards the one-time marking of a root (see Note above)
 
 
 def share_version(out: Tensor, x: Tensor) -> None:
@@ -317,18 +316,18 @@ def view_index(view: Tensor, root: Tensor) -> Any:
                                               tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
 
 
-def _regenerate_view(t: Tensor, vc: list) -> bool:
+def regenerate_view(t: Tensor, vc: list) -> bool:
     """Give the stale view ``t`` the history "its elements of the root as the root is now":
     the root's current graph, read at the view's positions (PyTorch regenerates a view's
     grad_fn the same way). False when the root is gone or its layout cannot be read."""
     root = vc[1]()
-    if root is None or root.grad_fn is None:  # gone, or a leaf: no graph to read from
+    if root is None:
         return False
+    if root.grad_fn is None:
+        return True  # the root has no graph (never a leaf that requires grad: those refuse recorded in-place ops)
     idx = view_index(t, root)
     if idx is None:
         return False
-    if not tls.grad_enabled:
-        return True  # nothing is recorded now; the view is brought up to date when it is
     from .index import getitem
     from .shape import reshape
 
@@ -337,17 +336,23 @@ def _regenerate_view(t: Tensor, vc: list) -> bool:
     regen = getitem(reshape(proxy, (-1,)), idx)
     t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
     if t.grad_fn is not None:
-        t.grad_fn._view_gen = vc[2]
+        t.grad_fn._view_gen = vc[2] if len(vc) > 2 else 0
     return True
 
 
+def is_alias(t: Tensor) -> bool:
+    """A detach() alias: it shares a version counter but is no view for autograd."""
+    return t._ext is not None and t._ext.detached
+
+
 def check_fresh(t: Tensor, name: str) -> None:
-    """Bring a view made stale by a recorded in-place op on its root up to date (a recorded view:
-    its history is taken anew from the root's), or raise when that cannot be done."""
+    """Bring a view made stale by a recorded in-place op on its root up to date (its history is
+    taken anew from the root's), or raise when that cannot be done. Nothing to do while no
+    graph is recorded, nor for detach() aliases."""
     vc = t._vc
-    if len(vc) > 2 and vc[1]() is not t:
+    if len(vc) > 2 and vc[1]() is not t and tls.grad_enabled and not is_alias(t):
         made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
-        if made < vc[2] and not (t.grad_fn is not None and _regenerate_view(t, vc)):
+        if made < vc[2] and not regenerate_view(t, vc):
             raise RuntimeError(
                 f"{name}: this tensor is a view (or a detach() alias) of a tensor that an in-place op changed "
                 "afterwards while recording gradients, so its graph is out of date and its gradients would be "

@@ -220,6 +220,7 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
         # exponent gives the default float32, a bool base with an int one int64): a numpy
         # scalar would promote under numpy's rules, so it is used as the Python number it is.
         b = float(b) if isinstance(b, (float, numpy.floating)) else int(b)
+        check_tensor(a, "pow")  # (a stale view is brought up to date here)
         ad = a.data
         if isinstance(b, float) and ad.dtype.kind not in "fc":
             ad = ad.astype("float32")

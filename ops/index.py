@@ -196,7 +196,7 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     [2.0, 0.0, 0.0]
     """
     check_tensor(x, "index_put")
-    v = as_operand(values, x, "index_put")
+    v = check_tensor(as_operand(values, x, "index_put"), "index_put", "values")
     if v.device is not x.device:
         raise device_error("index_put", x, v)
     idx = convert_index(indices, x, "index_put")

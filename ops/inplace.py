@@ -45,7 +45,7 @@ import numpy
 from engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
-from ._core import CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls, view_index
+from ._core import CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls, view_index
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -84,13 +84,19 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         return False
     if self.grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
-    if not (self._rg or any(o is not None and o._rg for o in others)):
-        return False
     root = _view_root(self)
     if root is not None:
         if root.grad_fn is None and root._rg:
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
+        if self.grad_fn is None and root.grad_fn is not None:
+            # A view made while nothing was recorded (no_grad) of a root that has a graph: the
+            # change must reach the root's graph even if nothing here requires grad, so the
+            # view first takes its history from the root (Note [In-place ops on views]).
+            regenerate_view(self, self._vc)
+    if not (self._rg or any(o is not None and o._rg for o in others)):
+        return False
+    if root is not None:
         if self.grad_fn is None or view_index(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on a view (or detach() alias) of another tensor cannot be recorded for "
@@ -101,11 +107,11 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
 
 
 def _view_root(self: Tensor) -> Tensor | None:
-    """The live tensor ``self`` is a view (or a detach() alias) of, if any."""
+    """The live tensor ``self`` is a view of, if any (a detach() alias is none)."""
     vc = self._vc
     if len(vc) > 1:
         root = vc[1]()
-        if root is not None and root is not self:
+        if root is not None and root is not self and not is_alias(self):
             return root
     return None
 
@@ -137,13 +143,24 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
         flat = index.index_put(shape.reshape(_snapshot(root), (-1,)), (view_index(self, root).ravel(),),
                                shape.reshape(result, (-1,)))
         rebased = shape._reshape(flat, root.shape, CopySlices)
-        root.grad_fn, root._output_nr, root._rg = rebased.grad_fn, rebased._output_nr, True
+        _take_history(root, rebased)
     self.data[...] = result.data
-    self.grad_fn, self._output_nr, self._rg = result.grad_fn, result._output_nr, result._rg or self._rg
+    _take_history(self, result)
     _bump(self, recorded=True)
-    if root is not None:
-        self.grad_fn._view_gen = self._vc[2]  # self is up to date; other views of the root are stale
+    vc = self._vc
+    if len(vc) > 2 and self.grad_fn is not None:
+        self.grad_fn._view_gen = vc[2]  # self is up to date; other views of its root are stale
     return self
+
+
+def _take_history(t: Tensor, result: Tensor) -> None:
+    """``t`` takes ``result``'s grad_fn; a retain_grad() moves with it, as in torch."""
+    old_fn, old_nr = t.grad_fn, t._output_nr
+    t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
+    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
+        retain = old_fn._hooks.retains_grad.pop(old_nr, None)
+        if retain is not None:
+            t.grad_fn._hooks_obj().retains_grad[t._output_nr] = retain
 
 
 def _bump(self: Tensor, recorded: bool = False) -> None:

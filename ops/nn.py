@@ -36,6 +36,8 @@ def linear(x: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
     """
     check_tensor(x, "linear")
     check_tensor(weight, "linear", "weight")
+    if isinstance(bias, Tensor):
+        check_tensor(bias, "linear", "bias")  # (a stale view is brought up to date here)
     _same_device("linear", x, weight, bias)
     if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: input of shape {list(x.shape)} and weight of shape {list(weight.shape)} "

@@ -20,7 +20,10 @@ from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mar
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
     out = _wrap(data, x.device)
-    if data.base is not None:
+    base, xd = data.base, x.data
+    # A view of x's memory (numpy names the owning array as the base; a reshape that had to
+    # copy has a base of its own, and is no view)
+    if base is not None and (base is xd or base is xd.base):
         share_version(out, x)  # See Note [Views and in-place] in _core.py
     return out
 

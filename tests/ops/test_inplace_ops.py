@@ -256,3 +256,92 @@ def test_expanded_tensor_refuses_writes() -> None:
         e.add_(1.0)
     with pytest.raises(RuntimeError, match="clone"):
         e[0] = 2.0
+
+
+def test_a_detach_alias_is_never_a_view_for_autograd() -> None:
+    """Its first view must not make it the root, a rebase must not reach it, and using it
+    after in-place ops on its source must not raise (torch 2.13's values)."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    d = y.detach()
+    d.reshape(3, 1)                    # the first view of the shared counter, taken of the alias
+    y[1:].mul_(engine.tensor([2.0, 2.0]))
+    (y * engine.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert x.grad.tolist() == [2.0, 40.0, 400.0] and not d.requires_grad and d.grad_fn is None
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    d = y.detach()
+    y.mul_(x)
+    assert (d * 1).tolist() == [2.0, 8.0, 18.0] and d.grad_fn is None
+
+
+def test_views_outside_the_graph_still_work_after_a_rebase() -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    y[1:].mul_(3)
+    assert (y.detach() * 2).tolist() == [4.0, 24.0, 36.0]
+    with engine.no_grad():
+        assert (y[1:] * 2).tolist() == [24.0, 36.0]
+    (y @ engine.ones(3, 2, requires_grad=True)).sum().backward()  # matmul's backward views y under no_grad
+    assert x.grad.tolist() == [4.0, 12.0, 12.0]
+
+
+def test_a_view_whose_root_is_gone_stays_usable_after_its_own_in_place_op() -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    v = (x * 2)[1:]                    # the root is collected at once
+    v.mul_(3)
+    (v * engine.tensor([1.0, 10.0])).sum().backward()
+    assert v.tolist() == [12.0, 18.0] and x.grad.tolist() == [0.0, 6.0, 60.0]
+
+
+@pytest.mark.parametrize("use", ["index_put values", "pow by a number", "linear bias"])
+def test_every_argument_of_an_op_brings_a_stale_view_up_to_date(use: str) -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1
+    s = y[:2]
+    y.mul_(3)                          # s is stale: its graph is y's old one
+    if use == "index_put values":
+        z = engine.zeros(4)
+        z[2:] = s
+        (z * engine.tensor([1.0, 1.0, 100.0, 1000.0])).sum().backward()
+        assert x.grad.tolist() == [300.0, 3000.0, 0.0]
+    elif use == "pow by a number":
+        (s ** 2).sum().backward()
+        assert x.grad.tolist() == [18.0, 36.0, 0.0]
+    else:
+        ops.linear(engine.ones(1, 3), engine.ones(2, 3), s).sum().backward()
+        assert x.grad.tolist() == [3.0, 3.0, 0.0]
+
+
+def test_a_view_made_under_no_grad_and_written_in_grad_mode_reaches_the_root() -> None:
+    """torch refuses this; the rebase gives the exact gradient instead of a silently stale one."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    with engine.no_grad():
+        v = y[1:]
+    v.mul_(3)
+    (y * engine.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert y.tolist() == [2.0, 12.0, 18.0] and x.grad.tolist() == [2.0, 60.0, 600.0]
+
+
+def test_a_reshape_that_copies_is_no_view() -> None:
+    x = engine.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], requires_grad=True)
+    y = x * 2
+    r = y.transpose(0, 1).reshape(-1)  # not expressible as a view: a copy
+    r.mul_(3)
+    assert y.tolist() == [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]
+    (r * engine.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).sum().backward()
+    assert x.grad.tolist() == [[6.0, 18.0, 30.0], [12.0, 24.0, 36.0]]
+
+
+@pytest.mark.parametrize("where", ["through a view", "on the tensor"])
+def test_retain_grad_follows_the_tensor_through_in_place_ops(where: str) -> None:
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2
+    y.retain_grad()
+    if where == "through a view":
+        y[1:].mul_(3)
+    else:
+        y.mul_(3)
+    (y * engine.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert y.grad.tolist() == [1.0, 10.0, 100.0]
