@@ -15,20 +15,22 @@ node that saved the tensor earlier raises "modified by an inplace operation" in 
   that the write below cannot change. The result is written into the array in place, and
   this tensor takes over the result's grad_fn.
 * A recorded in-place op on a view also rebases its root: Note [In-place ops on views].
-  Later use of *other* views made stale by one raises instead of giving wrong gradients.
-  See Note [Views and in-place] in _core.py.
+  Other views made stale by it take their history anew when next used (Note [Views and
+  in-place] in _core.py).
 
 Note [In-place ops on views]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 ``v = y[1:]; v.mul_(3)`` changes ``y`` too, so ``y``'s history must change: as in PyTorch's
 CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". Here that is
 recorded with ops that already exist: the view's positions in its root are read from the two
-arrays' memory layout (:func:`_view_index`), and the root takes the history of
+arrays' memory layout (``view_index`` in _core.py), and the root takes the history of
 ``index_put(old root flattened, positions, result)``, so gradients reach the old root outside
 the view and the op's inputs inside it, and double backward works. The view itself takes the
-op's result as history. Only views recorded in the graph are rebased (a detach() alias is not
-a view for autograd; views of a leaf that requires grad raise, as in torch), and only when the
-root's array is C-contiguous, as every op output is; otherwise the op raises as before.
+op's result as history (and a retain_grad() moves along). A view made under no_grad of a root
+in the graph first takes its history from the root, so the change reaches the root's graph.
+A detach() alias is no view for autograd (it is never rebased); a view of a leaf that
+requires grad raises, as in torch; and a root whose array has gaps (not C- or
+Fortran-contiguous, which every op output is) makes the op raise.
 
 >>> import engine
 >>> x = engine.tensor([1.0, 2.0])
@@ -99,9 +101,10 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if root is not None:
         if self.grad_fn is None or view_index(self, root) is None:
             raise RuntimeError(
-                f"{name}: an in-place op on a view (or detach() alias) of another tensor cannot be recorded for "
-                f"autograd here: the base tensor's graph would miss the change and its gradients would be wrong. "
-                f"Use the out-of-place form, clone() the view first, or run it under engine.no_grad()."
+                f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
+                f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "
+                f"would miss the change. Use the out-of-place form, clone() the view first, or run it under "
+                f"engine.no_grad()."
             )
     return True
 
