@@ -270,8 +270,9 @@ def const(data: Any, like: Tensor) -> Tensor:
 #   * a view whose generation is older than its root's has a grad_fn that still points at
 #     the root's old graph: when an op uses it, it takes its history anew from the root's
 #     current graph at its own positions (:func:`view_index`), as torch regenerates a view's
-#     grad_fn. Where that cannot be done (the root is gone or is a leaf, a view outside the
-#     graph), the op raises: never wrong gradients.
+#     grad_fn. Where that cannot be done (the root is gone, or its array has gaps), the op
+#     raises: never wrong gradients. While grad mode is off nothing is recorded, and a
+#     detach() alias (marked in its _ext) is no view: neither is ever stale.
 # In-place ops under no_grad, or on tensors nothing requires grad of, are free.
 
 
