@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from ._state import tls
 from .graph import NO_EDGE, Node, _next_seq, pack_saved
+from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
 
 
@@ -144,6 +145,9 @@ class Function:
         ctx._to_save = ()
         ctx._non_diff = ctx._dirty = frozenset()
         ctx._materialize = True
+        for a in args:
+            if isinstance(a, Tensor) and len(a._vc) > 2 and _state.refresh_view is not None:
+                _state.refresh_view(a, f"{cls.__name__}.apply")  # a stale view: Note [Views and in-place] (ops)
         recording = tls.grad_enabled and any(isinstance(a, Tensor) and a._rg for a in args)
         ctx.needs_input_grad = tuple(recording and isinstance(a, Tensor) and a._rg for a in args)
         prev = tls.grad_enabled

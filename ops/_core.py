@@ -35,6 +35,7 @@ from typing import Any, Callable, TypeVar
 import numpy
 
 from engine._record import needs_grad, record, record_binary, record_unary  # noqa: F401 - re-exported for op modules
+from engine import _state
 from engine._state import tls  # noqa: F401
 from engine.graph import Node  # noqa: F401
 from engine.tensor import Tensor, _wrap
@@ -355,7 +356,11 @@ def check_fresh(t: Tensor, name: str) -> None:
         made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
         if made < vc[2] and not regenerate_view(t, vc):
             raise RuntimeError(
-                f"{name}: this tensor is a view (or a detach() alias) of a tensor that an in-place op changed "
-                "afterwards while recording gradients, so its graph is out of date and its gradients would be "
-                "wrong. Take the view again after the in-place op (or use the out-of-place op)."
+                f"{name}: this tensor is a view of a tensor that an in-place op changed afterwards while "
+                "recording gradients, so its graph is out of date, and it cannot be taken anew (the base is "
+                "gone, or its array has gaps). Take the view again after the in-place op (or use the "
+                "out-of-place op)."
             )
+
+
+_state.refresh_view = check_fresh  # custom Functions refresh stale views too (engine cannot import ops)

@@ -294,7 +294,7 @@ def test_a_view_whose_root_is_gone_stays_usable_after_its_own_in_place_op() -> N
     assert v.tolist() == [12.0, 18.0] and x.grad.tolist() == [0.0, 6.0, 60.0]
 
 
-@pytest.mark.parametrize("use", ["index_put values", "pow by a number", "linear bias"])
+@pytest.mark.parametrize("use", ["index_put values", "pow by a number", "linear bias", "custom Function"])
 def test_every_argument_of_an_op_brings_a_stale_view_up_to_date(use: str) -> None:
     x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 1
@@ -308,9 +308,23 @@ def test_every_argument_of_an_op_brings_a_stale_view_up_to_date(use: str) -> Non
     elif use == "pow by a number":
         (s ** 2).sum().backward()
         assert x.grad.tolist() == [18.0, 36.0, 0.0]
-    else:
+    elif use == "linear bias":
         ops.linear(engine.ones(1, 3), engine.ones(2, 3), s).sum().backward()
         assert x.grad.tolist() == [3.0, 3.0, 0.0]
+    else:
+        class Square(engine.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                return a * a
+
+            @staticmethod
+            def backward(ctx, g):
+                (a,) = ctx.saved_tensors
+                return 2 * a * g
+
+        Square.apply(s).sum().backward()
+        assert x.grad.tolist() == [18.0, 36.0, 0.0]
 
 
 def test_a_view_made_under_no_grad_and_written_in_grad_mode_reaches_the_root() -> None:
