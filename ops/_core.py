@@ -279,13 +279,16 @@ def const(data: Any, like: Tensor) -> Tensor:
 
 
 def share_version(out: Tensor, x: Tensor) -> None:
-    """Make ``out`` a view of ``x``: share its version counter and mark the root (see Note above)."""
+    """Make ``out`` a view of ``x``: share its version counter and mark the root (see Note above).
+    A view of a detach() alias is outside the graph as the alias is, and marked so too."""
     vc = x._vc
     if len(vc) == 1:
         with _view_lock:  # first view of x only: two threads must not both append
             if len(vc) == 1:
                 vc.append(weakref.ref(x))
     out._vc = vc
+    if x._ext is not None and x._ext.detached:
+        out._ext_obj().detached = True
 
 
 def mark_view_node(node: Node, x: Tensor) -> None:

@@ -275,6 +275,18 @@ def test_a_detach_alias_is_never_a_view_for_autograd() -> None:
     assert (d * 1).tolist() == [2.0, 8.0, 18.0] and d.grad_fn is None
 
 
+def test_a_view_of_a_detach_alias_is_outside_the_graph_too() -> None:
+    """Writing through it with a value that requires grad records on the view alone: the
+    source's graph never sees it (torch 2.13's values)."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = engine.tensor([5.0, 5.0], requires_grad=True)
+    y = x * 2
+    dv = y.detach()[1:]
+    dv.mul_(w)
+    (y * engine.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert y.tolist() == [2.0, 20.0, 30.0] and x.grad.tolist() == [2.0, 20.0, 200.0] and w.grad is None
+
+
 def test_views_outside_the_graph_still_work_after_a_rebase() -> None:
     x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 2
