@@ -302,10 +302,10 @@ def _address(a: Any) -> int:
     return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
 
 
-def view_index(view: Tensor, root: Tensor) -> Any:
-    """For each element of ``view``, its position in ``root`` flattened in C order (an int64
-    host array of the view's shape), read from the two arrays' memory layout; None when it
-    cannot be read (the root's array has gaps, or the view is not aligned on its elements)."""
+def view_offset(view: Tensor, root: Tensor) -> int | None:
+    """``view``'s first element's offset in ``root``'s memory, in elements; None when the
+    layout cannot be read (the root's array has gaps, or the view is not aligned on its
+    elements). Cheap: no array is built."""
     r, v = root.data, view.data
     if not (r.flags.c_contiguous or r.flags.f_contiguous):
         return None
@@ -313,11 +313,23 @@ def view_index(view: Tensor, root: Tensor) -> Any:
     offset = _address(v) - _address(r)
     if offset % size or any(st % size for st in v.strides) or not 0 <= offset < max(r.nbytes, 1):
         return None
+    return offset // size
+
+
+def view_index(view: Tensor, root: Tensor) -> Any:
+    """For each element of ``view``, its position in ``root`` flattened in C order (an int64
+    host array of the view's shape), read from the two arrays' memory layout; None where
+    :func:`view_offset` is."""
+    start = view_offset(view, root)
+    if start is None:
+        return None
+    r, v = root.data, view.data
+    size = r.itemsize
     # Each element's C-order position, laid out in memory as the root's elements are: the
     # view's offset and strides then pick its elements' positions.
     logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
     in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
-    return numpy.lib.stride_tricks.as_strided(in_memory[offset // size:], v.shape,
+    return numpy.lib.stride_tricks.as_strided(in_memory[start:], v.shape,
                                               tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
 
 

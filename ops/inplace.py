@@ -47,7 +47,8 @@ import numpy
 from engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
-from ._core import CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls, view_index
+from ._core import (CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls,
+                    view_index, view_offset)
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -99,7 +100,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
     if root is not None:
-        if self.grad_fn is None or view_index(self, root) is None:
+        if self.grad_fn is None or view_offset(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
                 f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "
