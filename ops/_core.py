@@ -6,7 +6,10 @@ An op is one function and one Node subclass side by side in one module (STYLE.md
 the function computes the forward on arrays (``x.data``, through ``x.device.xp`` only) and,
 when :func:`needs_grad` says so, calls :func:`record` with the node, the inputs and what the
 backward must save (one-output ops with one or two inputs: :func:`record_unary` /
-:func:`record_binary`, Note [Fast recorders] in engine/_record.py). The node's ``backward``
+:func:`record_binary`, Note [Fast recorders] in engine/_record.py). Elementwise ops hand
+their result array to :func:`unary_result` / :func:`binary_result` instead, which make the
+output Tensor and do the grad-mode test and the recording in the same call (Note [Result
+makers] in engine/_record.py). The node's ``backward``
 is written with ops, never with raw arrays, so that under ``create_graph=True`` it records a
 graph of its own (double backward). It checks ``self.next_edges[i][0] is not None`` (the
 input needs a gradient) before computing one. ``@register`` puts the function in REGISTRY,
@@ -34,9 +37,11 @@ from typing import Any, Callable, TypeVar
 
 import numpy
 
-from engine._record import needs_grad, record, record_binary, record_unary  # noqa: F401 - re-exported for op modules
+from engine._record import (OUTPUT, binary_result, needs_grad, record, record_binary, record_unary,  # noqa: F401 - re-exported
+                            unary_result)  # for op modules
 from engine import _state
 from engine._state import tls  # noqa: F401
+from engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
 from engine.graph import Node  # noqa: F401
 from engine.tensor import Tensor, _wrap
 from engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
@@ -220,27 +225,7 @@ def grad_of(d: Any, shape: tuple, dtype: Any, device: Any) -> Tensor:
     return _wrap(cast(sum_to_array(d, shape), dtype), device)
 
 
-# Type categories for promotion, in torch's order: bool < integer < floating < complex.
-CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-
-
-def result_dtype(a: Tensor, b: Tensor) -> numpy.dtype:
-    """torch's promotion of two tensor operands (numpy's differs for mixed kinds and 0-d).
-
-    A higher category wins outright (``int64 + float32 -> float32``, where numpy gives
-    float64); within one category a dimensioned tensor wins over a 0-d one (``float32[3] +
-    float64[] -> float32``); otherwise the wider type. Python numbers were already made
-    tensors of the other operand's dtype by :func:`as_operand`.
-    """
-    da, db = a.dtype, b.dtype
-    if da == db:
-        return da
-    ca, cb = CATEGORY.get(da.kind, 2), CATEGORY.get(db.kind, 2)
-    if ca != cb:
-        return da if ca > cb else db
-    if (a.ndim == 0) != (b.ndim == 0):
-        return db if a.ndim == 0 else da
-    return numpy.promote_types(da, db)
+# CATEGORY and result_dtype (torch's promotion) live in engine/dtypes.py, shared with the recorders.
 
 
 def cast(data: Any, dtype: numpy.dtype) -> Any:

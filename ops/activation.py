@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, const, normalize_dim, record, record_unary, register, tls
+from ._core import OUTPUT, Node, check_tensor, const, normalize_dim, record, record_unary, register, tls, unary_result
 from .elementwise import add, erf, exp, mul, sub, tanh, where
 
 
@@ -69,10 +69,7 @@ def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``, computed without overflow for large ``|x|``."""
     check_tensor(x, "sigmoid")
     data = x.data if x.dtype.kind in "fc" else x.data.astype("float32")  # torch promotes integers
-    out = _wrap(_sigmoid_array(data, x.device.xp), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(SigmoidBackward0(), x, out, out)
-    return out
+    return unary_result(x, _sigmoid_array(data, x.device.xp), SigmoidBackward0, OUTPUT)
 
 
 class ReluBackward0(Node):
@@ -91,10 +88,7 @@ class ReluBackward0(Node):
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``; the gradient at 0 is 0, as in torch."""
     check_tensor(x, "relu")
-    out = _wrap(x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(ReluBackward0(), x, out, out)
-    return out
+    return unary_result(x, x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), ReluBackward0, OUTPUT)
 
 
 _SQRT1_2 = 1 / math.sqrt(2)

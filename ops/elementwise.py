@@ -14,8 +14,8 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (Node, as_operand, binary_operands, cast, check_tensor, const, device_error, fit, grad_of,
-                    record, record_binary, record_unary, register, result_dtype, tls)
+from ._core import (OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor, const, device_error,
+                    fit, grad_of, promoted, record, record_binary, record_unary, register, result_dtype, tls, unary_result)
 
 
 class _Binary(Node):
@@ -30,11 +30,11 @@ class _Binary(Node):
 
 
 def _binary_out(a: Tensor, b: Tensor, data: Any) -> Tensor:
-    """Wrap a binary op's result, in torch's dtype when the operands' dtypes differ (numpy
+    """Wrap (not record) a binary op's result, in torch's dtype when the operands' dtypes differ (numpy
     scalars from 0-d operands become arrays in ``_wrap``)."""
     ad, bd = a.data.dtype, b.data.dtype
     if ad is not bd and ad != bd:  # identity first: numpy's builtin dtypes are shared instances
-        data = cast(a.device.xp.asarray(data), result_dtype(a, b))
+        data = promoted(data, a, b)
     return _wrap(data, a.device)
 
 
@@ -51,10 +51,7 @@ class AddBackward0(_Binary):
 def add(a: Any, b: Any) -> Tensor:
     """``a + b`` with numpy broadcasting; either operand may be a number."""
     a, b = binary_operands(a, b, "add")
-    out = _binary_out(a, b, a.data + b.data)
-    if tls.grad_enabled and (a._rg or b._rg):
-        record_binary(AddBackward0(), a, b, out)
-    return out
+    return binary_result(a, b, a.data + b.data, AddBackward0)
 
 
 class SubBackward0(_Binary):
@@ -77,10 +74,7 @@ def sub(a: Any, b: Any) -> Tensor:
     """``a - b`` with numpy broadcasting."""
     node_cls = SubBackward0 if isinstance(a, Tensor) else RsubBackward1
     a, b = binary_operands(a, b, "sub")
-    out = _binary_out(a, b, a.data - b.data)
-    if tls.grad_enabled and (a._rg or b._rg):
-        record_binary(node_cls(), a, b, out)
-    return out
+    return binary_result(a, b, a.data - b.data, node_cls)
 
 
 class MulBackward0(_Binary):
@@ -105,11 +99,8 @@ class MulBackward0(_Binary):
 def mul(a: Any, b: Any) -> Tensor:
     """``a * b`` with numpy broadcasting."""
     a, b = binary_operands(a, b, "mul")
-    out = _binary_out(a, b, a.data * b.data)
-    if tls.grad_enabled and (a._rg or b._rg):
-        # Save only what a needed gradient uses: b for a's gradient, a for b's.
-        record_binary(MulBackward0(), a, b, out, a if b._rg else None, b if a._rg else None)
-    return out
+    # Save only what a needed gradient uses: b for a's gradient, a for b's.
+    return binary_result(a, b, a.data * b.data, MulBackward0, a if b._rg else None, b if a._rg else None)
 
 
 class DivBackward0(_Binary):
@@ -154,10 +145,7 @@ class NegBackward0(Node):
 def neg(x: Tensor) -> Tensor:
     """``-x``."""
     check_tensor(x, "neg")
-    out = _wrap(-x.data, x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(NegBackward0(), x, out)
-    return out
+    return unary_result(x, -x.data, NegBackward0)
 
 
 class PowBackward0(Node):
@@ -265,10 +253,7 @@ class ExpBackward0(Node):
 def exp(x: Tensor) -> Tensor:
     """``e ** x``."""
     data = _float_input(x, "exp")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.exp(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(ExpBackward0(), x, out, out)
-    return out
+    return unary_result(x, x.device.xp.exp(data), ExpBackward0, OUTPUT)
 
 
 class LogBackward0(Node):
@@ -286,10 +271,7 @@ class LogBackward0(Node):
 def log(x: Tensor) -> Tensor:
     """Natural logarithm (``-inf`` at 0, ``nan`` below, like torch)."""
     data = _float_input(x, "log")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.log(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(LogBackward0(), x, out, x)
-    return out
+    return unary_result(x, x.device.xp.log(data), LogBackward0, x)
 
 
 class SqrtBackward0(Node):
@@ -304,10 +286,7 @@ class SqrtBackward0(Node):
 def sqrt(x: Tensor) -> Tensor:
     """Square root."""
     data = _float_input(x, "sqrt")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.sqrt(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(SqrtBackward0(), x, out, out)
-    return out
+    return unary_result(x, x.device.xp.sqrt(data), SqrtBackward0, OUTPUT)
 
 
 class AbsBackward0(Node):
@@ -323,10 +302,7 @@ class AbsBackward0(Node):
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
     """``|x|``; the gradient at 0 is 0, as in torch."""
     check_tensor(x, "abs")
-    out = _wrap(x.device.xp.abs(x.data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(AbsBackward0(), x, out, x)
-    return out
+    return unary_result(x, x.device.xp.abs(x.data), AbsBackward0, x)
 
 
 class SinBackward0(Node):
@@ -341,10 +317,7 @@ class SinBackward0(Node):
 def sin(x: Tensor) -> Tensor:
     """Sine."""
     data = _float_input(x, "sin")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.sin(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(SinBackward0(), x, out, x)
-    return out
+    return unary_result(x, x.device.xp.sin(data), SinBackward0, x)
 
 
 class CosBackward0(Node):
@@ -359,10 +332,7 @@ class CosBackward0(Node):
 def cos(x: Tensor) -> Tensor:
     """Cosine."""
     data = _float_input(x, "cos")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.cos(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(CosBackward0(), x, out, x)
-    return out
+    return unary_result(x, x.device.xp.cos(data), CosBackward0, x)
 
 
 class TanhBackward0(Node):
@@ -408,10 +378,7 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent."""
     data = _float_input(x, "tanh")  # checks x is a Tensor first
-    out = _wrap(x.device.xp.tanh(data), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(TanhBackward0(), x, out, out)
-    return out
+    return unary_result(x, x.device.xp.tanh(data), TanhBackward0, OUTPUT)
 
 
 # --- maximum, minimum, where, clamp -------------------------------------------------------
@@ -440,10 +407,7 @@ class MinimumBackward0(MaximumBackward0):
 
 def _extremum(a: Any, b: Any, name: str, node_cls: type) -> Tensor:
     a, b = binary_operands(a, b, name)
-    out = _binary_out(a, b, getattr(a.device.xp, name)(a.data, b.data))
-    if tls.grad_enabled and (a._rg or b._rg):
-        record_binary(node_cls(), a, b, out, a, b)
-    return out
+    return binary_result(a, b, getattr(a.device.xp, name)(a.data, b.data), node_cls, a, b)
 
 
 @register
@@ -564,7 +528,4 @@ def erf(x: Tensor) -> Tensor:
     from ._special import erf_array
 
     data = _float_input(x, "erf")
-    out = _wrap(erf_array(data, x.device.xp), x.device)
-    if tls.grad_enabled and x._rg:
-        record_unary(ErfBackward0(), x, out, x)
-    return out
+    return unary_result(x, erf_array(data, x.device.xp), ErfBackward0, x)

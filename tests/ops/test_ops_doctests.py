@@ -1,4 +1,4 @@
-"""Run the docstring examples of ops/ and engine/gradcheck.py (STYLE.md habit 10)."""
+"""Run the docstring examples of ops/ and engine/gradcheck.py, _record.py, dtypes.py (STYLE.md habit 10)."""
 from __future__ import annotations
 
 import doctest
@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = ["ops", "ops.elementwise", "ops.activation", "ops.reduce", "ops.shape", "ops.index", "ops.linalg",
-           "ops.nn", "ops.device", "ops.inplace", "engine.gradcheck"]
+           "ops.nn", "ops.device", "ops.inplace", "engine.gradcheck", "engine._record", "engine.dtypes"]
 
 
 @pytest.mark.parametrize("name", MODULES)
