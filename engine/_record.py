@@ -217,7 +217,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
         s = _new_tensor(SavedOutput)  # SavedOutput(t), without its __init__ frame
         s.data, s._vc, s.output_nr, s.device = data, vc, 0, dev
         node._saved = (s,)
-        node._saved_ver = (0,)
+        node._saved_ver = (0,)  # a new output's version (a constant: no tuple is built)
     else:
         node._saved = (saved,)
         node._saved_ver = (saved._vc[0],)

@@ -231,7 +231,11 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
 # --- unary math ----------------------------------------------------------------------
 
 def _float_input(x: Tensor, name: str) -> Any:
-    """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...)."""
+    """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...).
+
+    The ops inline its common case, a floating Tensor that is no view to check, as
+    ``x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else
+    _float_input(x, name)`` (one call less per op: chain forward 15,269 -> 15,067 instructions per op)."""
     if type(x) is not Tensor or len(x._vc) > 2:  # not a Tensor, or a view to check (Note [Views and in-place])
         check_tensor(x, name)
     d = x.data
@@ -252,7 +256,7 @@ class ExpBackward0(Node):
 @register
 def exp(x: Tensor) -> Tensor:
     """``e ** x``."""
-    data = _float_input(x, "exp")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "exp")
     return unary_result(x, x.device.xp.exp(data), ExpBackward0, OUTPUT)
 
 
@@ -270,7 +274,7 @@ class LogBackward0(Node):
 @register
 def log(x: Tensor) -> Tensor:
     """Natural logarithm (``-inf`` at 0, ``nan`` below, like torch)."""
-    data = _float_input(x, "log")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "log")
     return unary_result(x, x.device.xp.log(data), LogBackward0, x)
 
 
@@ -285,7 +289,7 @@ class SqrtBackward0(Node):
 @register
 def sqrt(x: Tensor) -> Tensor:
     """Square root."""
-    data = _float_input(x, "sqrt")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "sqrt")
     return unary_result(x, x.device.xp.sqrt(data), SqrtBackward0, OUTPUT)
 
 
@@ -316,7 +320,7 @@ class SinBackward0(Node):
 @register
 def sin(x: Tensor) -> Tensor:
     """Sine."""
-    data = _float_input(x, "sin")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "sin")
     return unary_result(x, x.device.xp.sin(data), SinBackward0, x)
 
 
@@ -331,7 +335,7 @@ class CosBackward0(Node):
 @register
 def cos(x: Tensor) -> Tensor:
     """Cosine."""
-    data = _float_input(x, "cos")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "cos")
     return unary_result(x, x.device.xp.cos(data), CosBackward0, x)
 
 
@@ -377,7 +381,7 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
 @register
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent."""
-    data = _float_input(x, "tanh")  # checks x is a Tensor first
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "tanh")
     return unary_result(x, x.device.xp.tanh(data), TanhBackward0, OUTPUT)
 
 
@@ -527,5 +531,5 @@ def erf(x: Tensor) -> Tensor:
     """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt`` (used by exact gelu)."""
     from ._special import erf_array
 
-    data = _float_input(x, "erf")
+    data = x.data if type(x) is Tensor and len(x._vc) < 3 and x.data.dtype.kind == "f" else _float_input(x, "erf")
     return unary_result(x, erf_array(data, x.device.xp), ErfBackward0, x)
