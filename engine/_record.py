@@ -12,7 +12,7 @@ from typing import Sequence
 
 from typing import Any
 
-from ._state import tls, used
+from ._state import grad_off_threads, tls, used
 from .dtypes import promoted
 from .graph import NO_EDGE, Node, SavedOutput, _next_seq, pack_saved
 from .tensor import Tensor, _new_tensor, grad_accumulator
@@ -198,7 +198,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
     t._output_nr = 0
     t._acc = None
     t._ext = None
-    if not (tls.grad_enabled and x._rg):
+    if not (x._rg and (not grad_off_threads or tls.grad_enabled)):  # See Note [Grad mode fast path]
         t.grad_fn = None
         t._rg = False
         return t
@@ -247,7 +247,7 @@ def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
     t._output_nr = 0
     t._acc = None
     t._ext = None
-    if not (tls.grad_enabled and (a._rg or b._rg)):
+    if not ((a._rg or b._rg) and (not grad_off_threads or tls.grad_enabled)):  # See Note [Grad mode fast path]
         t.grad_fn = None
         t._rg = False
         return t

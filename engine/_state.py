@@ -14,14 +14,49 @@ values are constant within one GraphTask, so re-installing them per node would o
 from __future__ import annotations
 
 import threading
+from typing import Any
+
+# Note [Grad mode fast path]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Every op asks "is grad mode on in this thread?", and reading ``tls.grad_enabled`` costs
+# about 480 instructions of a 15,000-instruction op (threading.local finds this thread's dict
+# first, then takes the generic attribute path). So the process also keeps
+# ``grad_off_threads``: the idents of the threads whose grad mode is off right now. While it
+# is empty, grad mode is on in every thread, this one included, and the op need not read the
+# thread-local; the hottest recorders test ``not grad_off_threads or tls.grad_enabled``.
+# The set is kept by the only way to write the flag: ``tls.grad_enabled = v`` goes through
+# the data descriptor ``_GradEnabled`` (it has ``__set__`` and no ``__get__``, so reads still
+# find the value in the thread's dict, at the old cost). A thread adds or removes only its own
+# ident, and its own reads follow its own writes, so a thread whose mode is off always finds
+# the set non-empty; another thread's entry only sends it to the thread-local, which is right
+# too. set.add / set.discard are single calls, atomic under the GIL. A thread that ends with
+# grad mode off leaves its ident behind: recording stays right, and only reads the
+# thread-local again; idle device workers switch the mode back on (executor's _thread_main).
+# Measured: chain forward 15,067 -> 14,618 instructions per op.
+grad_off_threads: set = set()
+_get_ident = threading.get_ident
+
+
+class _GradEnabled:
+    """The data descriptor behind ``tls.grad_enabled``: see Note [Grad mode fast path]."""
+
+    def __set__(self, inst: Any, value: bool) -> None:
+        inst.__dict__["grad_enabled"] = value  # (a threading.local's __dict__ is this thread's)
+        if value:
+            grad_off_threads.discard(_get_ident())
+        else:
+            grad_off_threads.add(_get_ident())
 
 
 class _ThreadState(threading.local):
     """Per-thread values. Class attributes are each new thread's defaults."""
 
+    def __init__(self) -> None:  # runs once per thread, on its first use of tls
+        self.grad_enabled = True  # (in the thread's dict: _GradEnabled has no default to read)
+
     # Set by no_grad / enable_grad / set_grad_enabled on this thread, and by the executor
-    # (to the GraphTask's create_graph) while it runs a node.
-    grad_enabled: bool = True
+    # (to the GraphTask's create_graph) while it runs a node. See Note [Grad mode fast path].
+    grad_enabled = _GradEnabled()
     # Set by detect_anomaly / set_detect_anomaly (issue 3) and by the executor per GraphTask.
     anomaly: bool = False
     anomaly_check_nan: bool = True

@@ -503,6 +503,7 @@ class Engine:
                     # its graph, gradients and hooks must die with the caller's references.
                     tls.current_task = current = None
                     tls.saved_hooks = ()
+                    tls.grad_enabled = True  # See Note [Grad mode fast path] (_install sets it again)
                 _, _, gt, node, inputs = q.pop()
                 if gt is None:
                     if node is _SHUTDOWN:

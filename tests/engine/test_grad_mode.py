@@ -6,6 +6,7 @@ import threading
 import pytest
 
 import engine
+import ops
 
 
 def leaf():
@@ -288,3 +289,67 @@ def test_backward_inside_no_grad_works_and_keeps_caller_mode():
         y.backward()
         assert not engine.is_grad_enabled()
     assert x.grad.tolist() == [2.0, 4.0]
+
+
+# --- the process-wide record of threads with grad mode off (Note [Grad mode fast path]) ---
+
+def test_grad_off_threads_holds_exactly_the_threads_with_grad_mode_off_now():
+    from engine._state import grad_off_threads
+    me = threading.get_ident()
+    assert me not in grad_off_threads
+    with engine.no_grad():
+        assert me in grad_off_threads
+        with engine.enable_grad():
+            assert me not in grad_off_threads
+        assert me in grad_off_threads
+    assert me not in grad_off_threads
+    engine.set_grad_enabled(0)  # any falsy value turns it off, as the thread-local reads it
+    try:
+        assert me in grad_off_threads and not engine.is_grad_enabled()
+    finally:
+        engine.set_grad_enabled(True)
+    assert me not in grad_off_threads
+    with pytest.raises(ValueError):
+        with engine.no_grad():
+            raise ValueError
+    assert me not in grad_off_threads
+
+
+@pytest.mark.timeout(60)
+def test_ops_on_a_thread_with_grad_on_record_while_another_thread_has_it_off():
+    # While the other thread is in no_grad, grad_off_threads is not empty: every op here
+    # must read this thread's own mode, and both kinds of result maker must record.
+    x = leaf()
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def worker():
+        with engine.no_grad():
+            inside.set()
+            assert release.wait(30)
+            seen["worker"] = [ops.tanh(x).requires_grad, (x * 2).requires_grad]
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        assert inside.wait(30)
+        from engine._state import grad_off_threads
+        assert grad_off_threads  # the worker's entry
+        seen["main"] = [ops.tanh(x).grad_fn.name(), (x * 2).grad_fn.name()]
+        with engine.no_grad():
+            seen["main_no_grad"] = [ops.tanh(x).grad_fn, (x * 2).grad_fn]
+    finally:
+        release.set()
+        t.join(30)
+    assert seen == {"main": ["TanhBackward0", "MulBackward0"], "main_no_grad": [None, None],
+                    "worker": [False, False]}
+
+
+def test_backward_leaves_no_thread_marked_grad_off_on_the_caller():
+    from engine._state import grad_off_threads
+    x = leaf()
+    (x * x).sum().backward()
+    assert threading.get_ident() not in grad_off_threads
+    with engine.no_grad():
+        pass
+    assert threading.get_ident() not in grad_off_threads
