@@ -69,6 +69,20 @@ def wide_op_count(branches: int) -> int:
 
 # --- backends ------------------------------------------------------------------------------
 
+# Note [Warm samples]
+# ~~~~~~~~~~~~~~~~~~~
+# Libraries measured side by side in one process leave each other's heap and caches behind.
+# Measured on the 10,000-op chain (this machine, 2026-11-22, three processes each): right
+# after a torch sample, threadgrad's forward took 1.57-1.59 us/op and torch's 1.29-1.30;
+# each after an untimed sample of its own, threadgrad took 1.35-1.40 and torch 1.38-1.66;
+# each alone in its own process (isolated.py), threadgrad took 1.29-1.34 and torch 1.54-1.67.
+# threadgrad pays for following torch, and torch gains from following threadgrad, by 15-25%
+# each: more than the differences the targets judge. No program alternates two autograd
+# libraries op by op, so the side-by-side workloads time each sample right after an untimed
+# one of the same library and size (``warm=True``): every library is measured in the state
+# its own work leaves. Repeats still alternate libraries, so a slow phase of the machine
+# still moves both samples of a repeat.
+
 class Backend:
     """Base: a leaf/const factory, the op vocabulary, and one timed forward + backward."""
 
@@ -88,13 +102,20 @@ class Backend:
         raise NotImplementedError
 
     def sample(self, build: Callable[[Any, Any], Any], xa: numpy.ndarray,
-               probe: Callable[[Any], None] | None = None) -> tuple[float, float, numpy.ndarray]:
+               probe: Callable[[Any], None] | None = None, warm: bool = False) -> tuple[float, float, numpy.ndarray]:
         """Build ``build(self, leaf)`` (timed: forward), then backward from it (timed apart).
 
         ``probe(y)`` runs between the two timed regions (e.g. to count nodes). The cyclic
         GC is collected before and off during both; the graph is freed after the timing.
+        With ``warm``, the same sample first runs once untimed: see Note [Warm samples].
         Returns ``(forward_s, backward_s, leaf gradient)``.
         """
+        if warm:
+            self._sample(build, xa, None)
+        return self._sample(build, xa, probe)
+
+    def _sample(self, build: Callable[[Any, Any], Any], xa: numpy.ndarray,
+                probe: Callable[[Any], None] | None) -> tuple[float, float, numpy.ndarray]:
         x = self.leaf(xa)
         with gc_paused():
             t0 = time.perf_counter()
@@ -172,8 +193,8 @@ class Autograd(Backend):
     def const(self, a: numpy.ndarray) -> Any:
         return a
 
-    def sample(self, build: Callable[[Any, Any], Any], xa: numpy.ndarray,
-               probe: Callable[[Any], None] | None = None) -> tuple[float, float, numpy.ndarray]:
+    def _sample(self, build: Callable[[Any, Any], Any], xa: numpy.ndarray,
+                probe: Callable[[Any], None] | None) -> tuple[float, float, numpy.ndarray]:
         with gc_paused():
             t0 = time.perf_counter()
             vjp, ans = self.make_vjp(lambda x: build(self, x), xa)

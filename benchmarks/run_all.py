@@ -56,9 +56,10 @@ from _common import ROOT, RESULTS_DIR, Table, fmt, load_average, machine_summary
 
 import workloads as W  # noqa: E402
 from bounds import bounds  # noqa: E402
+from isolated import isolated  # noqa: E402
 from backends import available_backends  # noqa: E402
 
-WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "breakdown", "bounds")
+WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "breakdown", "bounds", "isolated")
 DOCS_PLOT = os.path.join(ROOT, "docs", "img", "us_per_node.png")
 
 
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         tables.append(W.cross_device(backends, quick, chain_us))
     if "features" in todo:
         tables.append(W.features(backends, quick))
+    if "isolated" in todo:
+        tables.append(isolated(backends, quick))
     if "bounds" in todo:  # before the breakdown, so its cProfile listing stays next to its table
         tables += bounds(backends, quick)
     listing = ""
@@ -159,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         f"(anything above 0 on {os.cpu_count()} CPUs is another process competing).",
         f"- Wall time of this run: {elapsed:.0f} s. BLAS and torch intra-op threads: {BLAS_THREADS} "
         "(`--blas-threads`; workload 5 always runs in a subprocess with 1).",
-        "- Arrays are float64 of shape (16,) unless stated. Libraries alternate within each repeat; µs and ms "
+        "- Arrays are float64 of shape (16,) unless stated. Libraries alternate within each repeat (in the chain, wide and "
+        "bounds workloads each timed sample follows an untimed one of the same library: Note [Warm samples] in "
+        "benchmarks/backends.py); µs and ms "
         "columns are medians over repeats, and ratios (`ours/torch`, `/ numpy`, `/ ref`, scaling) are medians of "
         "per-repeat ratios of samples taken back to back. `–`: not measured or not applicable.",
         *[f"- {e}" for e in extra],

@@ -7,7 +7,9 @@ which must start with the BLAS libraries limited to one thread.
 Conventions (see benchmarks/README.md): float64 arrays of shape (16,) unless stated; every
 repeat builds a fresh graph, timed as forward, and backward is timed on its own; the cyclic GC
 is collected before and off during every timed region; libraries alternate within each
-repeat, so a slow phase of a shared machine hits them alike; medians are reported.
+repeat, so a slow phase of a shared machine hits them alike, and where they are compared graph
+for graph each timed sample follows an untimed one of its own library (Note [Warm samples] in
+backends.py); medians are reported.
 """
 from __future__ import annotations
 
@@ -115,7 +117,8 @@ def chain_sweep(backends: list[Backend], quick: bool) -> dict[str, Any]:
                 if big:  # bracket each largest-size sample with CHAIN_N samples, for the scaling ratio
                     before = b.sample(build_for(CHAIN_N), xa)[1]
                 t0 = time.perf_counter()
-                f, bw, g = b.sample(build_for(n), xa)
+                # (the largest size follows its bracket sample instead: Note [Warm samples] in backends.py)
+                f, bw, g = b.sample(build_for(n), xa, warm=not big)
                 wall[b.name].append(time.perf_counter() - t0)
                 fwd[b.name].append(f)
                 bwd[b.name].append(bw)
@@ -271,7 +274,7 @@ def wide(backends: list[Backend], quick: bool) -> Table:
     ref = None
     for r in range(repeats + 1):  # repeat 0 is a warm-up
         for b in backends:
-            f, bw, g = b.sample(build, xa, probe if b.name == "threadgrad" else None)
+            f, bw, g = b.sample(build, xa, probe if b.name == "threadgrad" else None, warm=True)  # Note [Warm samples]
             if r == 0:
                 if b.name == "threadgrad":
                     ref = g
