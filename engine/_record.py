@@ -8,9 +8,7 @@
 from __future__ import annotations
 
 import traceback
-from typing import Sequence
-
-from typing import Any
+from typing import Any, Sequence
 
 from ._state import grad_off_threads, tls, used
 from .dtypes import promoted

@@ -498,12 +498,15 @@ class Engine:
         current = tls.current_task
         try:
             while wait_for is None or not wait_for.done:
-                if wait_for is None and not q._heap and current is not None:
+                if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
                     # An idle device worker keeps no task: the last one may be finished, and
                     # its graph, gradients and hooks must die with the caller's references.
+                    # It turns grad mode back on too (the task's install may have turned it
+                    # off: Note [Grad mode fast path]); _install sets it again for the next task.
+                    # (`current` is already None when this worker ran the task's last node.)
                     tls.current_task = current = None
                     tls.saved_hooks = ()
-                    tls.grad_enabled = True  # See Note [Grad mode fast path] (_install sets it again)
+                    tls.grad_enabled = True
                 _, _, gt, node, inputs = q.pop()
                 if gt is None:
                     if node is _SHUTDOWN:

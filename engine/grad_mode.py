@@ -116,9 +116,11 @@ class set_grad_enabled(_GradModeContext):
     """
 
     def __init__(self, mode: bool) -> None:
+        if type(mode) is not bool:  # torch's TypeError, not a truthiness guess
+            raise TypeError(f"set_grad_enabled(): argument 'mode' (position 1) must be bool, not {type(mode).__name__}")
         self._prev = tls.grad_enabled
-        self._mode = bool(mode)
-        tls.grad_enabled = self._mode
+        self._mode = mode
+        tls.grad_enabled = mode
 
     def __call__(self, fn: F) -> F:
         tls.grad_enabled = self._prev  # as a decorator, the mode applies only inside fn

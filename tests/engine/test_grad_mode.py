@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 import engine
@@ -303,7 +304,7 @@ def test_grad_off_threads_holds_exactly_the_threads_with_grad_mode_off_now():
             assert me not in grad_off_threads
         assert me in grad_off_threads
     assert me not in grad_off_threads
-    engine.set_grad_enabled(0)  # any falsy value turns it off, as the thread-local reads it
+    engine.set_grad_enabled(False)
     try:
         assert me in grad_off_threads and not engine.is_grad_enabled()
     finally:
@@ -353,3 +354,52 @@ def test_backward_leaves_no_thread_marked_grad_off_on_the_caller():
     with engine.no_grad():
         pass
     assert threading.get_ident() not in grad_off_threads
+
+
+def test_set_grad_enabled_takes_only_a_bool_as_torch_does():
+    for bad in (0, 1, None, "yes"):
+        with pytest.raises(TypeError, match=f"set_grad_enabled\\(\\): argument 'mode' \\(position 1\\) must be bool, not {type(bad).__name__}"):
+            engine.set_grad_enabled(bad)
+        assert engine.is_grad_enabled() is True  # nothing changed
+
+
+def test_grad_off_threads_is_never_empty_while_this_threads_flag_is_off(monkeypatch):
+    # A signal handler can run ops between the descriptor's two steps, so the ident must go in
+    # before the flag goes off and come out after it is back on.
+    import engine._state as state
+    seen = []
+
+    class Watch(set):
+        def add(self, ident):
+            seen.append(("add", state.tls.__dict__["grad_enabled"]))
+            super().add(ident)
+
+        def discard(self, ident):
+            seen.append(("discard", state.tls.__dict__["grad_enabled"]))
+            super().discard(ident)
+
+    monkeypatch.setattr(state, "grad_off_threads", Watch())
+    with engine.no_grad():
+        pass
+    assert seen == [("add", True), ("discard", True)]
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_device_worker_turns_grad_mode_back_on():
+    # Its task's install turned grad mode off (create_graph=False); once idle, the worker must
+    # leave grad_off_threads, or every op in the process reads the thread-local from then on.
+    from engine._state import grad_off_threads
+    x = engine.ones(3, device="virtual:1", requires_grad=True)
+    seen = []
+    y = x * 2
+    y.register_hook(lambda g: seen.append((threading.get_ident(), engine.is_grad_enabled())))
+    ops.tanh(y).sum().backward()
+    (worker, enabled), = seen
+    assert worker != threading.get_ident() and enabled is False  # the hook ran on virtual:1's worker
+    done = threading.Event()
+    for _ in range(10_000):  # the worker goes idle after the caller returns: wait for it, boundedly
+        if worker not in grad_off_threads:
+            break
+        done.wait(0.001)
+    assert worker not in grad_off_threads
+    assert np.allclose(x.grad.numpy(), 2 * (1 - np.tanh(2.0) ** 2))
