@@ -80,8 +80,49 @@ class ReluBackward0(Node):
             (yd,) = self.saved_arrays()
             return (_wrap(g.data * (yd > 0), g.device),)  # the bool mask multiplies as 0.0/1.0, as below
         (out,) = self.saved_tensors()
-        # The mask is a constant: relu's second derivative is zero almost everywhere.
-        return (mul(g, const((out.data > 0).astype(g.dtype), g)),)
+        return (threshold_backward(g, out),)
+
+
+class ThresholdBackwardBackward0(Node):
+    """Backward of :func:`threshold_backward` ``g * (y > 0)``, torch's formulas: d/dg is the
+    same mask (``threshold_backward(gg, y)``), d/dy is zero (the mask is a step function)."""
+
+    __slots__ = ()
+
+    def backward(self, gg: Tensor) -> tuple:
+        (y,) = self.saved_tensors()
+        eg, ey = self.next_edges
+        return (threshold_backward(gg, y) if eg[0] is not None else None,
+                _wrap(y.device.xp.zeros(y.data.shape, y.data.dtype), y.device) if ey[0] is not None else None)
+
+
+def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
+    """``g`` where relu's output ``y`` is positive, else 0 (torch's ``threshold_backward(g, y, 0)``),
+    in one node: relu's backward under ``create_graph``. See Note [Gradients linked to the output].
+
+    >>> import engine, ops
+    >>> x = engine.tensor([1.5, -2.0], requires_grad=True)
+    >>> (g,) = engine.grad(ops.relu(x).sum(), x, create_graph=True)
+    >>> g.tolist(), g.grad_fn.name()
+    ([1.0, 0.0], 'ThresholdBackwardBackward0')
+    """
+    out = _wrap(g.data * (y.data > 0), g.device)  # the bool mask multiplies as 0.0/1.0, as the first-order form
+    if tls.grad_enabled and (g._rg or y._rg):
+        record(ThresholdBackwardBackward0(), (g, y), out, (y,))
+    return out
+
+
+# Note [Gradients linked to the output]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# relu's and abs's gradients are ``g`` times a mask (``y > 0``, ``sign(x)``) whose derivative
+# is zero. Multiplying by a constant mask gives the right values, but under ``create_graph``
+# with a ``g`` that needs no gradient (``grad(y.sum(), x, create_graph=True)``) the result
+# would not require grad, and ``g.sum().backward()`` would raise where PyTorch gives zeros.
+# PyTorch's formulas keep the link: relu's is ``threshold_backward(g, result)``, a node with
+# an edge to relu's output (ThresholdBackwardBackward0); abs's is ``g * x.sgn()``, whose
+# SgnBackward0 sends zeros to x. We record the same nodes, so requires_grad, grad_fn names and
+# second (zero) derivatives match. Only the create_graph form does: the first-order form
+# (Note [First-order formulas] in _core.py) computes the same values on arrays.
 
 
 @register
