@@ -228,6 +228,11 @@ def grad_of(d: Any, shape: tuple, dtype: Any, device: Any) -> Tensor:
 # CATEGORY and result_dtype (torch's promotion) live in engine/dtypes.py, shared with the recorders.
 
 
+# The bool dtype, for ``arr.dtype is BOOL`` tests on hot paths (about 15 ns against 35 ns for
+# ``.kind == "b"``): numpy's builtin dtypes are shared instances, on cupy arrays too.
+BOOL = numpy.dtype(bool)
+
+
 def cast(data: Any, dtype: numpy.dtype) -> Any:
     """``data`` as ``dtype`` (no copy when it already is)."""
     return data if data.dtype == dtype else data.astype(dtype)

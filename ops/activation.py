@@ -10,7 +10,8 @@ from typing import Any
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import OUTPUT, Node, check_tensor, const, normalize_dim, record, record_unary, register, tls, unary_result
+from ._core import (BOOL as _BOOL, OUTPUT, Node, check_tensor, const, normalize_dim, record, record_unary, register,
+                    tls, unary_result)
 from .elementwise import add, erf, exp, mul, sub, tanh, where
 
 
@@ -127,8 +128,11 @@ def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
 
 @register
 def relu(x: Tensor) -> Tensor:
-    """``max(x, 0)``; the gradient at 0 is 0, as in torch."""
+    """``max(x, 0)``; the gradient at 0 is 0, as in torch. Bool tensors are refused (RuntimeError), as in torch."""
     check_tensor(x, "relu")
+    if x.data.dtype is _BOOL:
+        raise RuntimeError("relu: Boolean inputs not supported for relu (got a tensor of dtype bool); "
+                           "convert it first, e.g. x.to(engine.float32)")
     return unary_result(x, x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), ReluBackward0, OUTPUT)
 
 

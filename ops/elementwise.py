@@ -14,7 +14,7 @@ import numpy
 
 from engine.tensor import Tensor, _wrap
 
-from ._core import (OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor, const,
+from ._core import (BOOL, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor, const,
                     device_error, fit, grad_of, promoted, record, record_binary, record_unary, register, result_dtype,
                     tls, unary_result)
 
@@ -72,10 +72,36 @@ class RsubBackward1(SubBackward0):
 
 @register
 def sub(a: Any, b: Any) -> Tensor:
-    """``a - b`` with numpy broadcasting."""
+    """``a - b`` with numpy broadcasting. A bool operand (a bool tensor, or ``True``/``False``)
+    is refused with a RuntimeError, as in torch."""
     node_cls = SubBackward0 if isinstance(a, Tensor) else RsubBackward1
-    a, b = binary_operands(a, b, "sub")
-    return binary_result(a, b, a.data - b.data, node_cls)
+    ta, tb = binary_operands(a, b, "sub")
+    ad, bd = ta.data, tb.data
+    # torch refuses a bool operand: two identity tests and two type tests on the usual path
+    # (a numpy bool or an array of bools became a bool tensor; only a Python bool took the other's dtype)
+    if ad.dtype is BOOL or bd.dtype is BOOL or type(a) is bool or type(b) is bool:
+        check_sub_operands(a, b, ta, tb, "sub")
+    return binary_result(ta, tb, ad - bd, node_cls)
+
+
+_BOOLS = (bool, numpy.bool_)  # the types of bool numbers (bool cannot be subclassed)
+
+
+def check_sub_operands(a: Any, b: Any, ta: Tensor, tb: Tensor, name: str) -> None:
+    """Raise torch's RuntimeError when an operand of a subtraction is bool (``sub``, ``sub_``):
+    a bool tensor, or a bool number. ``a``/``b`` as the user gave them, ``ta``/``tb`` as tensors."""
+    bool_a = ta.data.dtype.kind == "b" or type(a) in _BOOLS
+    bool_b = tb.data.dtype.kind == "b" or type(b) in _BOOLS
+    if not (bool_a or bool_b):
+        return
+    what = [f"{t.dtype}" if t.data.dtype.kind == "b" or type(x) not in _BOOLS else f"bool ({x!r})"
+            for x, t in ((a, ta), (b, tb))]
+    got = f"got operands of dtype {what[0]} and {what[1]}"
+    if bool_a and bool_b:
+        raise RuntimeError(f"{name}: Subtraction, the `-` operator, with two bool tensors is not supported ({got}). "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    raise RuntimeError(f"{name}: Subtraction, the `-` operator, with a bool tensor is not supported ({got}). "
+                       "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
 class MulBackward0(_Binary):
@@ -144,9 +170,17 @@ class NegBackward0(Node):
 
 @register
 def neg(x: Tensor) -> Tensor:
-    """``-x``."""
+    """``-x``. Bool tensors are refused (RuntimeError), as in torch: use ``~x`` to invert a mask."""
     check_tensor(x, "neg")
-    return unary_result(x, -x.data, NegBackward0)
+    try:
+        data = -x.data
+    except TypeError:  # numpy refuses -bool (TypeError): torch raises RuntimeError. No test on the usual path
+        if x.data.dtype.kind == "b":
+            raise RuntimeError("neg: Negation, the `-` operator, on a bool tensor is not supported (got dtype "
+                               "bool). If you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                               "instead.") from None
+        raise
+    return unary_result(x, data, NegBackward0)
 
 
 class PowBackward0(Node):
@@ -323,8 +357,12 @@ def _sgn(x: Tensor) -> Tensor:
 
 @register
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
-    """``|x|``; the gradient at 0 is 0, as in torch."""
+    """``|x|``; the gradient at 0 is 0, as in torch. Bool tensors are refused (NotImplementedError), as in torch."""
     check_tensor(x, "abs")
+    if x.data.dtype is BOOL:
+        raise NotImplementedError("abs: not implemented for dtype bool (torch: \"abs_cpu\" not implemented for "
+                                  "'Bool'); a bool tensor is its own absolute value, or convert it first, e.g. "
+                                  "x.to(engine.int64)")
     return unary_result(x, x.device.xp.abs(x.data), AbsBackward0, x)
 
 

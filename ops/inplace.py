@@ -47,7 +47,7 @@ import numpy
 from engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
-from ._core import (CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls,
+from ._core import (BOOL, CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls,
                     view_index, view_offset)
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -176,9 +176,13 @@ def _bump(self: Tensor, recorded: bool = False) -> None:
         vc[2] += 1
 
 
-def _binary_inplace(name: str, op: Callable, ufunc: str) -> Callable:
+def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = False) -> Callable:
+    """The in-place form of ``op``; ``refuse_bool``: a bool operand raises, as ``sub`` does (torch)."""
     def method(self: Tensor, other: Any, alpha: Any = None) -> Tensor:
+        given = other
         other = _other(self, other, name)
+        if refuse_bool and (self.data.dtype is BOOL or other.data.dtype is BOOL or type(given) is bool):
+            elementwise.check_sub_operands(self, given, self, other, name)
         if alpha is not None:
             other = elementwise.mul(other, alpha)
         if _must_record(self, (other,), name):
@@ -201,7 +205,7 @@ def _binary_inplace(name: str, op: Callable, ufunc: str) -> Callable:
 
 
 add_ = _binary_inplace("add_", elementwise.add, "add")
-sub_ = _binary_inplace("sub_", elementwise.sub, "subtract")
+sub_ = _binary_inplace("sub_", elementwise.sub, "subtract", refuse_bool=True)
 mul_ = _binary_inplace("mul_", elementwise.mul, "multiply")
 div_ = _binary_inplace("div_", elementwise.div, "true_divide")
 

@@ -1,9 +1,13 @@
 """PyTorch parity of first-order gradients taken with ``create_graph=True`` (relu, abs: Note
-[Gradients linked to the output] in ops/activation.py). Expected values are closed forms;
-expected names are torch 2.x's (checked against torch, which the tests do not import)."""
+[Gradients linked to the output] in ops/activation.py), and torch's errors for bool operands
+of sub, neg, abs and relu. Expected values are closed forms; expected names and errors are
+torch 2.x's (checked against torch, which the tests do not import)."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
+import pytest
 
 import engine
 import ops
@@ -89,3 +93,64 @@ def test_abs_double_backward_gives_zeros_for_x_and_the_sign_for_the_grad() -> No
     assert dx is not None and dx.tolist() == [0.0, 0.0, 0.0, 0.0]  # torch: zeros (None before)
     assert dgo.tolist() == [1.0, -1.0, 0.0, 1.0]
     assert gradgradcheck(lambda a: ops.mul(ops.abs(a), a), (_x_away_from_kinks(),))
+
+
+# --- bool operands: torch's errors ----------------------------------------------------------
+
+def _bools() -> engine.Tensor:
+    return engine.tensor([True, False])
+
+
+TWO_BOOLS = "Subtraction, the `-` operator, with two bool tensors is not supported"
+ONE_BOOL = "Subtraction, the `-` operator, with a bool tensor is not supported"
+
+SUB_CASES: list[tuple[str, Callable[[], Any], str]] = [
+    ("sub(bool, bool)", lambda: ops.sub(_bools(), _bools()), TWO_BOOLS),
+    ("bool - bool", lambda: _bools() - _bools(), TWO_BOOLS),
+    ("bool - True", lambda: _bools() - True, TWO_BOOLS),
+    ("True - bool", lambda: True - _bools(), TWO_BOOLS),
+    ("ops.sub(True, bool)", lambda: ops.sub(True, _bools()), TWO_BOOLS),
+    ("bool - 1", lambda: _bools() - 1, ONE_BOOL),
+    ("bool - 1.5", lambda: _bools() - 1.5, ONE_BOOL),
+    ("1 - bool", lambda: 1 - _bools(), ONE_BOOL),
+    ("float - bool", lambda: engine.tensor([1.0, 2.0]) - _bools(), ONE_BOOL),
+    ("bool - int64", lambda: _bools() - engine.tensor([1, 2]), ONE_BOOL),
+    ("float - True", lambda: engine.tensor([1.0, 2.0]) - True, ONE_BOOL),
+    ("bool.sub_(bool)", lambda: _bools().sub_(_bools()), TWO_BOOLS),
+    ("bool -= 1", lambda: _bools().__isub__(1), ONE_BOOL),
+    ("float.sub_(bool)", lambda: engine.tensor([1.0, 2.0]).sub_(_bools()), ONE_BOOL),
+    ("float.sub_(True)", lambda: engine.tensor([1.0, 2.0]).sub_(True), ONE_BOOL),
+]
+
+
+@pytest.mark.parametrize("desc,fn,fragment", SUB_CASES, ids=[c[0] for c in SUB_CASES])
+def test_subtraction_with_a_bool_operand_raises_runtime_error_as_torch(desc: str, fn: Callable, fragment: str) -> None:
+    with pytest.raises(RuntimeError) as info:
+        fn()
+    msg = str(info.value)
+    assert fragment in msg
+    assert msg.startswith("sub_: " if "sub_" in desc or "-=" in desc else "sub: ")  # the op
+    assert "bool" in msg.split("(got operands of dtype ")[1].split(")")[0]  # the dtypes
+    assert ("logical_xor" if fragment == TWO_BOOLS else "logical_not") in msg  # the fix
+
+
+@pytest.mark.parametrize("fn", [lambda: ops.neg(_bools()), lambda: -_bools(), lambda: _bools().neg()],
+                         ids=["ops.neg", "unary minus", "method"])
+def test_neg_of_bool_raises_runtime_error_as_torch(fn: Callable) -> None:
+    with pytest.raises(RuntimeError, match=r"^neg: Negation, the `-` operator, on a bool tensor is not supported "
+                                           r"\(got dtype bool\).*logical_not"):
+        fn()
+
+
+@pytest.mark.parametrize("fn", [lambda: ops.abs(_bools()), lambda: abs(_bools()), lambda: _bools().abs()],
+                         ids=["ops.abs", "builtin abs", "method"])
+def test_abs_of_bool_raises_not_implemented_error_as_torch(fn: Callable) -> None:
+    with pytest.raises(NotImplementedError, match=r"^abs: not implemented for dtype bool"):
+        fn()
+
+
+@pytest.mark.parametrize("fn", [lambda: ops.relu(_bools()), lambda: _bools().relu()], ids=["ops.relu", "method"])
+def test_relu_of_bool_raises_runtime_error_as_torch(fn: Callable) -> None:
+    with pytest.raises(RuntimeError,
+                       match=r"^relu: Boolean inputs not supported for relu \(got a tensor of dtype bool\)"):
+        fn()
