@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(anything above 0 on {os.cpu_count()} CPUs is another process competing).",
         f"- Wall time of this run: {elapsed:.0f} s. BLAS and torch intra-op threads: {BLAS_THREADS} "
         "(`--blas-threads`; workload 5 always runs in a subprocess with 1).",
-        "- Arrays are float64 of shape (16,) unless stated. Libraries alternate within each repeat (in the chain, wide and "
+        "- Arrays are float64 of shape (16,) unless stated. Libraries alternate within each repeat (in the chain, wide, MLP and "
         "bounds workloads each timed sample follows an untimed one of the same library: Note [Warm samples] in "
         "benchmarks/backends.py); µs and ms "
         "columns are medians over repeats, and ratios (`ours/torch`, `/ numpy`, `/ ref`, scaling) are medians of "

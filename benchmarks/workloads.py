@@ -461,6 +461,7 @@ def mlp(backends: list[Backend], quick: bool) -> Table:
         expected[j] = np_grads[i]
     for r in range(repeats + 1):  # repeat 0 is a warm-up
         for name, (forward, backward, fetch) in libs.items():
+            backward(forward())  # untimed: Note [Warm samples] in backends.py
             with gc_paused():
                 t0 = time.perf_counter()
                 state = forward()
@@ -481,6 +482,7 @@ def mlp(backends: list[Backend], quick: bool) -> Table:
                 faults.setdefault(name, []).append(f1 - f0)
         # A fresh numpy forward (not timed) before each backward, as every library gets: the
         # backward then reads freshly written activations, as it would in a training step.
+        NumpyMLP(x, t, params).backward()  # untimed: Note [Warm samples] in backends.py
         with gc_paused():
             ref = NumpyMLP(x, t, params)
             f0 = _minor_faults()
