@@ -13,6 +13,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any, Union
 
@@ -38,6 +39,10 @@ class Device:
         self.needs_worker = type != "cpu"
         self.has_streams = False  # True for devices with streams and events (cuda)
         self._str = type if index is None else f"{type}:{index}"
+
+    def fork_safe(self) -> bool:
+        """Can a child process forked from this one still use this device? (numpy: yes.)"""
+        return True
 
     def synchronize(self) -> None:
         """Block until all work queued on this device is done (a no-op for numpy devices)."""
@@ -129,6 +134,11 @@ def get(spec: DeviceSpec) -> Device:
             if kind == "virtual":
                 dev = Device("virtual", index, numpy)
             else:  # cuda
+                if _forked_from_cuda:  # See Note [Fork]
+                    raise RuntimeError(
+                        f"device '{name}': Cannot re-initialize CUDA in forked subprocess. To use CUDA with "
+                        "multiprocessing, you must use the 'spawn' start method"
+                    )
                 from . import cuda as _cuda
 
                 dev = _cuda.make_device(index)
@@ -156,6 +166,34 @@ def unregister(name: str) -> None:
     with _registry_lock:
         _registry.pop(name, None)
         streams_in_use = any(d.has_streams for d in _registry.values())
+
+
+# Note [Fork]
+# ~~~~~~~~~~~
+# CUDA cannot be used in a child forked after the parent initialized it, and a cupy call
+# there fails (PyTorch refuses with "Cannot re-initialize CUDA in forked subprocess"). The
+# child must still run cpu and virtual graphs: so in the child every device that is not
+# fork-safe (a GPU driven by the real cupy) leaves the registry, ``streams_in_use`` is
+# recomputed (the executor would otherwise ask cupy for the current streams of every backward
+# call), ``get("cuda...")`` raises torch's error, and the registry lock is made anew (a
+# thread of the parent may have held it at the fork). The engine resets its own threads and
+# queues in its own at-fork handler (executor.py).
+_forked_from_cuda = False
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock, streams_in_use, _forked_from_cuda
+    _registry_lock = threading.Lock()
+    gone = [name for name, d in _registry.items() if not d.fork_safe()]
+    for name in gone:
+        del _registry[name]
+    if gone:
+        _forked_from_cuda = True
+    streams_in_use = any(d.has_streams for d in _registry.values())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cuda_available() -> bool:

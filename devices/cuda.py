@@ -142,6 +142,11 @@ class CudaDevice(Device):
     def synchronize(self) -> None:
         self.cuda_api.Device(self.index).synchronize()
 
+    def fork_safe(self) -> bool:
+        """False for a GPU of the real cupy: a forked child cannot use it (Note [Fork] in
+        devices/__init__.py). A stand-in ``cuda_api`` (the tests') is as fork-safe as numpy."""
+        return _cupy is None or self.cuda_api is not _cupy.cuda
+
     def activate(self) -> None:
         """Make this GPU current on the calling thread (device workers call it once)."""
         self.cuda_api.Device(self.index).use()
