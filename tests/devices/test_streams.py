@@ -825,10 +825,8 @@ def test_a_device_worker_that_cannot_start_fails_the_backward_instead_of_hanging
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_child_forked_after_gpu_use_refuses_cuda_and_still_runs_cpu_backward(cuda):
-    import time
-    import warnings
-
     import ops
+    from fork_util import run_in_fork
 
     class NotForkSafe(CudaDevice):  # stands for a GPU of the real cupy, which a child cannot use
         __slots__ = ()
@@ -841,35 +839,20 @@ def test_a_child_forked_after_gpu_use_refuses_cuda_and_still_runs_cpu_backward(c
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     ops.sum(ops.mul(ops.to(x, "cuda:0"), 3.0)).backward()  # the parent used the "GPU"
     assert x.grad.tolist() == [3.0, 3.0] and devices.streams_in_use
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12 warns on fork with threads
-        pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
+    def child() -> int:
+        if "cuda:0" in devices._registry or "cuda:1" not in devices._registry:
+            return 2  # only the GPU that is not fork-safe leaves
         try:
-            state_ok = "cuda:0" not in devices._registry and "cuda:1" in devices._registry
-            try:
-                devices.get("cuda:0")
-                refused = False
-            except RuntimeError as e:
-                refused = "Cannot re-initialize CUDA in forked subprocess" in str(e)
-            y = engine.tensor([1.0, 2.0], requires_grad=True)
-            v = ops.to(y, "virtual:1")
-            ops.sum(ops.to(ops.mul(v, v), "cpu")).backward()
-            code = 0 if (state_ok and refused and y.grad.tolist() == [2.0, 4.0]) else 3
-        except BaseException:  # noqa: BLE001
-            code = 6
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + 30
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        time.sleep(0.01)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            devices.get("cuda:0")
+            return 3
+        except RuntimeError as e:
+            if "Cannot re-initialize CUDA in forked subprocess" not in str(e):
+                return 4
+        y = engine.tensor([1.0, 2.0], requires_grad=True)
+        v = ops.to(y, "virtual:1")
+        ops.sum(ops.to(ops.mul(v, v), "cpu")).backward()
+        return 0 if y.grad.tolist() == [2.0, 4.0] else 5
+
+    code = run_in_fork(child)
+    assert code == 0, f"child failed with code {code}"
     assert devices.get("cuda:0") is gpu and devices.streams_in_use  # the parent is untouched

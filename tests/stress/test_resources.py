@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import tracemalloc
-import warnings
 import weakref
 
 import numpy as np
@@ -25,6 +24,7 @@ import pytest
 
 import engine
 import ops
+from fork_util import run_in_fork
 from stress_helpers import DEVICES, assert_engine_usable, f64, run_threads
 
 REPORT: dict = {}
@@ -323,47 +323,26 @@ def test_forked_child_runs_backward_with_fresh_workers():
     start_every_kind_of_engine_thread()  # the parent's engine has live threads at fork time
     parent_workers = {t.ident for t in engine.get_engine().worker_threads()}
     assert parent_workers
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12 warns on fork with threads
-        pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            eng = engine.get_engine()
-            if eng.worker_threads():
-                code = 2  # threads do not survive fork: the child must start with none
-            else:
-                for dev in ("cpu", "virtual:1"):
-                    x = f64([1.0, 2.0])
-                    ops.sum(ops.mul(ops.mul(ops.to(x, dev), ops.to(x, dev)), 3.0)).backward()
-                    if x.grad.tolist() != [6.0, 12.0]:
-                        code = 3
-                        break
-                    (g,) = engine.grad(ops.sum(ops.to(x, dev)), x)
-                    if g.tolist() != [1.0, 1.0]:
-                        code = 4
-                        break
-                else:
-                    f = engine.backward_async(ops.sum(ops.mul(x, x)))
-                    f.result(timeout=10)
-                    names = {t.name for t in eng.worker_threads()}
-                    code = 0 if "threadgrad-virtual:1" in names else 5
-        except BaseException:  # noqa: BLE001
-            code = 6
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + 30
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung running backward")
-        time.sleep(0.01)
-    assert os.WIFEXITED(status), status
-    assert os.WEXITSTATUS(status) == 0, f"child failed with code {os.WEXITSTATUS(status)}"
+
+    def child() -> int:
+        eng = engine.get_engine()
+        if eng.worker_threads():
+            return 2  # threads do not survive fork: the child must start with none
+        for dev in ("cpu", "virtual:1"):
+            x = f64([1.0, 2.0])
+            ops.sum(ops.mul(ops.mul(ops.to(x, dev), ops.to(x, dev)), 3.0)).backward()
+            if x.grad.tolist() != [6.0, 12.0]:
+                return 3
+            (g,) = engine.grad(ops.sum(ops.to(x, dev)), x)
+            if g.tolist() != [1.0, 1.0]:
+                return 4
+        f = engine.backward_async(ops.sum(ops.mul(x, x)))
+        f.result(timeout=10)
+        names = {t.name for t in eng.worker_threads()}
+        return 0 if "threadgrad-virtual:1" in names else 5
+
+    code = run_in_fork(child)
+    assert code == 0, f"child failed with code {code}"
     # The parent's engine is untouched by the fork.
     assert parent_workers <= {t.ident for t in engine.get_engine().worker_threads()}
     assert_engine_usable()
