@@ -317,6 +317,27 @@ def test_grad_off_threads_holds_exactly_the_threads_with_grad_mode_off_now():
 
 
 @pytest.mark.timeout(60)
+def test_a_thread_that_ends_with_grad_mode_off_leaves_no_entry_behind():
+    # Otherwise every op of every other thread reads the thread-local for the rest of the process.
+    from engine._state import grad_off_threads
+    idents = []
+
+    def worker():
+        idents.append(threading.get_ident())
+        engine.set_grad_enabled(False)
+        assert threading.get_ident() in grad_off_threads
+
+    for _ in range(3):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(30)
+        assert not t.is_alive()
+    assert len(idents) == 3
+    assert not grad_off_threads.intersection(idents)
+    assert not grad_off_threads  # (no other thread of this test process has grad mode off)
+
+
+@pytest.mark.timeout(60)
 def test_ops_on_a_thread_with_grad_on_record_while_another_thread_has_it_off():
     # While the other thread is in no_grad, grad_off_threads is not empty: every op here
     # must read this thread's own mode, and both kinds of result maker must record.
