@@ -66,8 +66,8 @@ class _ThreadExit:
     def __init__(self, ident: int) -> None:
         self.ident = ident
 
-    def __del__(self) -> None:
-        grad_off_threads.discard(self.ident)
+    def __del__(self, _off: set = grad_off_threads) -> None:  # (bound now: at exit module globals may be None)
+        _off.discard(self.ident)
 
 
 class _ThreadState(threading.local):

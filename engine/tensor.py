@@ -231,6 +231,28 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self.device.to_host(self.data)
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> numpy.ndarray:
+        """``numpy.asarray(t)`` / ``numpy.array(t)``: the host array :meth:`numpy` gives (shared
+        with a cpu tensor's data), refused while requires_grad, like torch. numpy 2's ``copy``
+        is honoured: ``copy=False`` raises ValueError where a copy cannot be avoided."""
+        a = self.numpy()
+        if dtype is not None and numpy.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError(f"numpy.asarray(tensor, copy=False): converting {self.dtype} to "
+                                 f"{numpy.dtype(dtype)} needs a copy")
+            return a.astype(dtype)
+        if copy:
+            return a.copy()
+        if copy is False and a is not self.data:
+            raise ValueError(f"numpy.asarray(tensor, copy=False): a {self.device} tensor's data is not "
+                             "host memory; a copy is needed")
+        return a
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> "Tensor":
+        """A numpy ufunc applied to tensors (``numpy.exp(t)``) returns a cpu tensor of the
+        result, outside any graph, as torch does (0-d results too)."""
+        return _wrap(numpy.asarray(array), devices.cpu)
+
     def item(self) -> Any:
         if self.data.size != 1:
             raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")

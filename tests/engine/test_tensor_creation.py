@@ -301,6 +301,46 @@ def test_numpy_without_grad():
     assert a.dtype == np.int64
 
 
+def test_numpy_asarray_of_a_tensor_is_its_host_array_as_in_torch():
+    t = engine.tensor([[1.0, 2.0], [3.0, 4.0]])
+    a = np.asarray(t)
+    assert type(a) is np.ndarray and a.dtype == np.float32 and a.shape == (2, 2)
+    assert a is t.data  # shared, like torch's numpy(): no copy
+    assert np.asarray(t, copy=False) is t.data
+    c = np.array(t)  # numpy.array copies by default
+    assert c is not t.data and c.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    d = np.asarray(t, dtype=np.float64)
+    assert d.dtype == np.float64 and d.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(ValueError, match="float32 to float64 needs a copy"):
+        np.asarray(t, dtype=np.float64, copy=False)
+    # a list of tensors stacks into numbers, not into an array of objects
+    s = np.array([engine.tensor(1.0), engine.tensor(2.0)])
+    assert s.dtype == np.float32 and s.tolist() == [1.0, 2.0]
+    v = engine.tensor([5.0], device="virtual:1")  # virtual devices hold host arrays
+    assert np.asarray(v, copy=False) is v.data
+
+
+def test_numpy_asarray_refused_when_requires_grad():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    for convert in (np.asarray, np.array, np.exp):
+        with pytest.raises(RuntimeError, match=r"Can't call numpy\(\) on Tensor that requires grad"):
+            convert(x)
+    with pytest.raises(RuntimeError, match=r"Use tensor\.detach\(\)\.numpy\(\)"):
+        np.asarray(x * 2)
+
+
+def test_numpy_ufunc_on_a_tensor_returns_a_cpu_tensor_outside_the_graph():
+    t = engine.tensor([0.0, 1.0], device="virtual:1")
+    e = np.exp(t)
+    assert isinstance(e, engine.Tensor) and e.device == devices.cpu
+    assert e.grad_fn is None and not e.requires_grad
+    np.testing.assert_allclose(e.numpy(), np.exp(np.array([0.0, 1.0], dtype=np.float32)))
+    z = np.exp(engine.tensor(0.0))  # a 0-d result stays a tensor, as in torch
+    assert isinstance(z, engine.Tensor) and z.shape == () and z.item() == 1.0
+    g = np.greater(engine.tensor([1.0, 3.0]), 2.0)
+    assert g.dtype == np.bool_ and g.tolist() == [False, True]
+
+
 def test_item():
     assert engine.tensor(2.5).item() == 2.5
     assert isinstance(engine.tensor(2.5).item(), float)
