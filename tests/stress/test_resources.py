@@ -418,7 +418,7 @@ def test_graph_of_a_failed_backward_is_freed_without_the_cycle_collector(mode, d
     garbage: once the caller drops the exception and its tensors, every node is gone by
     reference counting alone, as after a failed backward in PyTorch. A cycle typically
     runs exception -> traceback -> an engine frame whose local is the GraphTask ->
-    GraphTask.future -> exception."""
+    GraphTask.error -> exception (autograd._result breaks it)."""
     x = f64([1.0, 2.0])
     loss = ops.sum(ops.mul(_FailingNode.apply(ops.mul(ops.to(x, device), 3.0)), 5.0))
     refs = _graph_nodes(loss)
