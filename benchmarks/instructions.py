@@ -27,6 +27,9 @@ Rows (the graphs are those of engine_overhead.py, built by backends.py; (16,) fl
   then ``sum``: forward recording per op (the graph kept: its freeing is not counted),
   ``backward()`` per node (N + 2 nodes).
 * ``wide_bwd``: 500 branches ``tanh(x * c1) * c2`` summed by a tree of adds: backward per node.
+* ``call``: one whole ``y.backward(retain_graph=True)`` call on ``y = (x * c).sum()``, a graph of
+  three nodes (SumBackward0, MulBackward0, AccumulateGrad): what a call costs beyond its nodes,
+  plus those three.
 * ``tanh`` / ``mul`` / ``addmm``: ``node.apply([g])`` under ``no_grad`` (as the executor calls
   it) of a kept TanhBackward0, MulBackward0 (``x * c``, only ``x`` requires grad) and
   AddmmBackward0 (``linear`` of x (4, 8), W (6, 8), b (6,) float32, all requiring grad). The
@@ -88,6 +91,8 @@ ROWS: dict[str, Spec] = {
                 lambda p: CALLS),
     "addmm": Spec("`AddmmBackward0.apply([g])`, (4,8)x(6,8) float32", "call", ("addmm", 1), ("base", 0),
                   lambda p: CALLS),
+    "call": Spec("`y.backward(retain_graph=True)`, y = `(x * c).sum()` (3 nodes)", "call", ("call", 1), ("call", 0),
+                 lambda p: CALLS),
 }
 QUICK_ROWS = ["chain_bwd", "wide_bwd"]
 
@@ -125,6 +130,7 @@ def child(tree: str, scenario: str, stages: int) -> None:
         w = b.leaf(xa)
         b.sum(build_chain(b, w, c, 20)).backward()
         build_wide(b, w, c1, c2, 8).backward()
+        (w * c).sum().backward(retain_graph=True)
     with engine.no_grad():
         for k, out in outs.items():
             for _ in range(5):
@@ -143,6 +149,11 @@ def child(tree: str, scenario: str, stages: int) -> None:
             y.backward()
         if stages >= 1 and scenario != "chain_kept":
             del y  # the graph is freed in both runs of a backward row: see the module docstring
+    elif scenario == "call":
+        y = (x * c).sum()  # in both runs of the row: only the calls differ
+        if stages >= 1:
+            for _ in range(CALLS):
+                y.backward(retain_graph=True)
     elif scenario in APPLY_NODES:
         if stages >= 1:
             apply, g = outs[scenario].grad_fn.apply, grads[scenario]

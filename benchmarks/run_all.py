@@ -59,7 +59,7 @@ from bounds import bounds  # noqa: E402
 from isolated import isolated  # noqa: E402
 from backends import available_backends  # noqa: E402
 
-WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "breakdown", "bounds", "isolated")
+WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "calls", "breakdown", "bounds", "isolated")
 DOCS_PLOT = os.path.join(ROOT, "docs", "img", "us_per_node.png")
 
 
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         tables.append(W.cross_device(backends, quick, chain_us))
     if "features" in todo:
         tables.append(W.features(backends, quick))
+    if "calls" in todo:
+        tables.append(W.calls(backends, quick))
     if "isolated" in todo:
         tables.append(isolated(backends, quick))
     if "bounds" in todo:  # before the breakdown, so its cProfile listing stays next to its table

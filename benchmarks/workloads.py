@@ -1041,6 +1041,44 @@ def _executor_split(n: int, executor_us: float) -> list[tuple[str, float]]:
     return out
 
 
+def calls(backends: list[Backend], quick: bool) -> Table:
+    """The fixed cost of one backward call: a 3-node graph, so the call's own work (checks,
+    root gradient, GraphTask, dependency count, completion) is most of what is timed."""
+    repeats = 5 if quick else 9
+    xa, ca, _, _ = make_inputs()
+    libs = [b for b in backends if b.name in ("threadgrad", "torch")]
+    back: dict[str, Callable[[], Any]] = {}
+    grads: dict[str, Callable[[], Any]] = {}
+    for b in libs:
+        x, c = b.leaf(xa), b.const(ca)
+        y = (x * c).sum()  # MulBackward0, SumBackward0, the leaf's AccumulateGrad
+        grad_fn = engine.grad if b.name == "threadgrad" else b.torch.autograd.grad
+
+        def bw(y: Any = y) -> None:
+            y.backward(retain_graph=True)
+
+        def gr(y: Any = y, x: Any = x, grad_fn: Callable = grad_fn) -> None:
+            grad_fn(y, x, retain_graph=True)
+
+        back[b.name], grads[b.name] = bw, gr
+    log(f"calls x{repeats}")
+    us_b = per_call_us(back, repeats)
+    us_g = per_call_us(grads, repeats)
+    rows = [
+        Row("`y.backward(retain_graph=True)`, µs per call", us_b),
+        Row("`grad(y, x, retain_graph=True)`, µs per call", us_g),
+    ]
+    notes = [
+        "`y = (x * c).sum()` on float64 `(16,)` arrays, built once; each call runs its three nodes "
+        "(SumBackward0, MulBackward0, the leaf's AccumulateGrad or the captured gradient) and "
+        "everything a call does once: argument checks, the root gradient, the GraphTask, the "
+        "dependency count, the thread-local state around the nodes, completion. No target: it "
+        "tracks what a training step on a tiny model pays per `backward()` beyond its nodes.",
+        "Median per-call time over repeats of ~30 ms each, the libraries interleaved within each repeat.",
+    ]
+    return Table("calls", "8. Per-call cost of backward() and grad() (3-node graph)", _names(libs), rows, notes)
+
+
 def breakdown(quick: bool) -> tuple[Table, str]:
     """Where the microseconds of one chain-backward node go: executor vs op formulas vs numpy
     vs Tensor allocation. Returns the table and a cProfile listing of one chain backward."""
