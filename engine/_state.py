@@ -128,6 +128,10 @@ class _Used:
 # is False every thread's value is off and the thread-local need not be read. Other
 # threads get the values only from a thread that set them (the executor's ``_install``,
 # ``_async``), after the flag. Measured: chain forward 20,948 -> 20,469 instructions per op.
+# ``used.anomaly`` covers ``anomaly_check_nan`` too (set_detect_anomaly(False, check_nan=False)
+# sets it). The executor uses the flags the same way per backward call: a GraphTask captures,
+# ``_install`` writes, and ``_thread_main`` saves and restores these values only once the
+# feature was used; before, each is at its default in every thread.
 used = _Used()
 
 # ops/_core.py's check_fresh, bound when ops is imported (engine does not import ops): brings a

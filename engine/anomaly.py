@@ -50,7 +50,7 @@ class set_detect_anomaly:
 
     def __init__(self, mode: bool, check_nan: bool = True) -> None:
         self._prev = (tls.anomaly, tls.anomaly_check_nan)
-        if mode:
+        if mode or not check_nan:  # (either value off its default: the executor then copies both)
             used.anomaly = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.anomaly, tls.anomaly_check_nan = bool(mode), bool(check_nan)
 

@@ -382,7 +382,7 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
             f.set_result(result)
         finally:
             f = result = None
-            tls.grad_enabled, tls.anomaly, tls.saved_hooks = True, False, ()
+            tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks = True, False, True, ()
 
     returned = fut
     get_engine().run_async(job)

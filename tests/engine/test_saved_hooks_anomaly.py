@@ -171,3 +171,57 @@ def test_features_first_switched_on_in_a_fresh_process_take_effect() -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("first_use", ["a node switches anomaly mode on", "check_nan off alone"])
+def test_backward_state_in_a_fresh_process_before_and_after_features_are_first_used(first_use: str) -> None:
+    """Note [Used flags] in the executor: while no thread has used anomaly mode or saved-tensor
+    hooks, a GraphTask captures, and _thread_main saves and restores, nothing of them. A node
+    that first switches anomaly mode on mid-backward must still find the caller's state
+    restored afterwards, and a caller's check_nan=False (anomaly mode off), the first use of the
+    feature, must reach the worker."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, engine, engine.anomaly, ops
+        from engine._state import used
+
+        seen = []
+
+        class Probe(engine.Function):
+            @staticmethod
+            def forward(ctx, x, switch_on):
+                ctx.switch_on = switch_on
+                return x * 1.0
+
+            @staticmethod
+            def backward(ctx, g):
+                seen.append((engine.is_anomaly_enabled(), engine.anomaly.is_anomaly_check_nan_enabled(),
+                             engine.is_grad_enabled()))
+                if ctx.switch_on:
+                    engine.set_detect_anomaly(True)  # left on: the executor must restore the caller's
+                return g * 2.0, None
+
+        x = engine.tensor([1.0, 2.0], requires_grad=True)
+        Probe.apply(ops.to(x, "virtual:1"), False).sum().backward()  # runs on virtual:1's worker
+        assert not used.anomaly and not used.saved_hooks
+        assert seen == [(False, True, False)], seen
+        if sys.argv[1] == "switch":
+            Probe.apply(x, True).sum().backward()  # runs on this thread, leaves anomaly mode on
+            assert used.anomaly
+            assert engine.is_anomaly_enabled() is False
+            assert engine.anomaly.is_anomaly_check_nan_enabled() is True
+        else:
+            engine.set_detect_anomaly(False, check_nan=False)
+            Probe.apply(ops.to(x, "virtual:1"), False).sum().backward()
+            assert seen[1:] == [(False, False, False)], seen
+        assert x.grad.tolist() == [4.0, 4.0]
+        print("ok")
+    """)
+    arg = "switch" if first_use.startswith("a node") else "check_nan"
+    out = subprocess.run([sys.executable, "-c", script, arg], capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
