@@ -69,7 +69,14 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         if any(isinstance(leaf, Tensor) for leaf in leaves):
             data = _host_nested(data)
         from_array = all(isinstance(leaf, _TYPED) for leaf in leaves)
-    arr = numpy.array(data, copy=True)  # always a copy, like torch.tensor
+    try:
+        arr = numpy.array(data, copy=True)  # always a copy, like torch.tensor
+    except RuntimeError:
+        # A tensor that requires grad, after a Python number (so not scanned above): its
+        # __array__ refuses, while torch.tensor takes its values
+        if not isinstance(data, (list, tuple)) or not any(isinstance(leaf, Tensor) for leaf in _leaves(data)):
+            raise
+        arr = numpy.array(_host_nested(data), copy=True)
     if arr.dtype.kind in "USO":
         raise TypeError(f"engine.tensor: cannot make a numeric tensor from {type(data).__name__} {data!r:.60}")
     if dt is None and not from_array and arr.dtype == numpy.float64:
@@ -156,12 +163,25 @@ def full(shape: Any = None, value: Any = None, dtype: Any = None, device: Any = 
         raise TypeError(f"full() missing {len(missing)} required argument{'s' * (len(missing) > 1)}: "
                         + " and ".join(f"'{n}'" for n in missing)
                         + " (full(size, fill_value), also spelled full(shape, value))")
+    value = _fill_number("full", value)
     if dtype is None and isinstance(value, bool):
         dtype = numpy.bool_
     elif dtype is None and isinstance(value, (int, numpy.integer)):
         dtype = numpy.int64
     shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
     return _filled(lambda xp, s, d: xp.full(s, value, dtype=d), shape, dtype, device, requires_grad)
+
+
+def _fill_number(name: str, value: Any) -> Any:
+    """A fill value as a number: a 0-d tensor that does not require grad gives its own, as in
+    torch; any other tensor is refused with torch's TypeError."""
+    if not isinstance(value, Tensor):
+        return value
+    if value.ndim != 0 or value._rg:
+        what = "requires grad" if value._rg else f"has shape {tuple(value.shape)}"
+        raise TypeError(f"{name}(): argument 'fill_value' must be Number, not Tensor (this one {what}; "
+                        "a 0-d tensor that does not require grad is taken as its number)")
+    return value.item()
 
 
 def _like(t: Tensor, fill: Any, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
@@ -191,6 +211,7 @@ def full_like(t: Tensor, value: Any = None, dtype: Any = None, device: Any = Non
     value = _one_of("full_like", "value", value, "fill_value", fill_value)
     if value is None:
         raise TypeError("full_like() missing 1 required argument: 'fill_value'")
+    value = _fill_number("full_like", value)
     return _like(t, lambda xp, s, d: xp.full(s, value, dtype=d), dtype, device, requires_grad)
 
 

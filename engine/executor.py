@@ -608,14 +608,18 @@ class Engine:
                 try:
                     nxt = self._route(gt, fn, outputs, may_defer)
                 except BaseException as e:  # noqa: BLE001
-                    err = e
+                    # Claim the failure before the decrement, under the lock: once outstanding
+                    # can reach 0 on another thread, that thread's _complete must see the error
+                    # (else the backward returns normally with gradients missing).
+                    if gt.error is None:
+                        gt.error = err = e
             gt.outstanding -= 1
             last = gt.outstanding == 0
         finally:
             if gt.shared:  # held since the top, or taken by _push if this routing shared gt
                 gt.lock.release()
         if err is not None:
-            self._fail(gt, err, fn)
+            self._fail(gt, err, fn, claimed=True)
             err = None  # this frame may end up in err's traceback: no cycle through it
         if last:
             self._complete(gt)
@@ -736,12 +740,14 @@ class Engine:
             self._push(gt, device, nxt, buf)
         return deferred
 
-    def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None) -> None:
-        """See Note [Errors]."""
-        with gt.lock:
-            if gt.error is not None:
-                return
-            gt.error = e
+    def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
+        """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``gt.error``
+        under the lock (a routing error, claimed before the task's outstanding count drops)."""
+        if not claimed:
+            with gt.lock:
+                if gt.error is not None:
+                    return
+                gt.error = e
         _add_node_to_message(e, fn)
         gt.done = True
         self._wake_owner(gt)

@@ -468,3 +468,57 @@ def test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes() -> N
     back.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 6.0 * (1 - np.tanh([1.0, 2.0]) ** 2), rtol=1e-6)
     assert seen == [("cpu only", False), ("after hop", False), ("before hop", True)]
+
+
+@pytest.mark.timeout(60)
+def test_an_error_while_routing_on_a_worker_is_raised_even_if_another_thread_finishes_the_task(monkeypatch):
+    """A routing error must be claimed before the failing task's outstanding count drops: once
+    it drops, the caller's thread may finish the last task and complete the backward. Here the
+    virtual:1 worker fails while routing (a stand-in for any exception inside _route), and its
+    _fail is slowed down, so the caller's slow cpu node finishes first; without the claim the
+    backward returned normally with x's gradient missing."""
+    import time
+
+    import engine.executor as ex
+
+    def on_worker() -> bool:
+        return threading.current_thread().name.startswith("threadgrad-virtual")
+
+    real_fail, real_add = ex.Engine._fail, ex._buffer_add
+
+    def slow_fail(self, gt, e, fn, **kw):
+        if on_worker():
+            time.sleep(0.3)  # widens the window after the decrement; it decides nothing by itself
+        return real_fail(self, gt, e, fn, **kw)
+
+    def failing_add(buf, i, g, consumer, streams):
+        if on_worker():
+            raise RuntimeError("routing failed on purpose")
+        return real_add(buf, i, g, consumer, streams)
+
+    monkeypatch.setattr(ex.Engine, "_fail", slow_fail)
+    monkeypatch.setattr(ex, "_buffer_add", failing_add)
+
+    class Slow(engine.Function):
+        @staticmethod
+        def forward(ctx, x, s):
+            ctx.s = s
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            time.sleep(ctx.s)  # keeps a task of this backward in flight on the caller's thread
+            return g, None
+
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    x2 = engine.tensor([1.0], requires_grad=True)
+    p = x * 2  # (recorded first: it runs last, after the slow node below)
+    q = Slow.apply(ops.to(x, "virtual:1"), 0.05)  # its ToCopyBackward0 routes into x's buffer on the worker
+    r = Slow.apply(x2, 0.2)
+    loss = ops.sum(p) + ops.sum(ops.to(q, "cpu")) + ops.sum(r)
+    with pytest.raises(RuntimeError, match=r"routing failed on purpose \[raised in ToCopyBackward0 during backward\]"):
+        loss.backward()
+    monkeypatch.undo()
+    t = engine.tensor([1.0], device="virtual:1", requires_grad=True)
+    ops.sum(t * 3).backward()  # the worker survived
+    assert t.grad.tolist() == [3.0]
