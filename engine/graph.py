@@ -59,6 +59,14 @@ class RemovableHandle:
         self.remove()
 
 
+def share_tensor_hooks(acc: "Node", leaf_hooks: "NodeHooks") -> None:
+    """Make a leaf's tensor hooks (kept by the leaf, ``leaf_hooks``) run on its AccumulateGrad
+    ``acc``: the node's own NodeHooks shares the leaf's ``tensor_pre`` table. The node keeps its
+    own pre- and post-hooks (a tensor hook registered later must not drop them), and they die
+    with the node, as in torch, while the tensor hooks outlive it."""
+    acc._hooks_obj().tensor_pre = leaf_hooks.tensor_pre
+
+
 def _add_hook(table: dict, fn: Callable) -> RemovableHandle:
     if not callable(fn):
         raise TypeError(f"hook must be callable, got {type(fn).__name__}")
@@ -126,6 +134,12 @@ def _check_hook_result(fn: Callable, new: Any, old: "Tensor", node: "Node") -> "
             f"hook '{_hook_name(fn)}' on {node.name()} returned a gradient of shape {tuple(new.shape)}, "
             f"but the gradient it was given has shape {tuple(old.shape)}"
         )
+    if new.dtype != old.dtype or new.device is not old.device:
+        raise RuntimeError(
+            f"hook '{_hook_name(fn)}' on {node.name()} has changed the type of value: it was given a gradient "
+            f"of dtype {old.dtype} on {old.device} and returned one of dtype {new.dtype} on {new.device} (torch "
+            "refuses this too; convert inside the computation instead)"
+        )
     return new
 
 
@@ -134,7 +148,11 @@ def _check_hook_results(fn: Callable, new: Any, old: Sequence, node: "Node") -> 
         raise RuntimeError(
             f"hook '{_hook_name(fn)}' on {node.name()} must return None or a sequence of {len(old)} gradients, got {new!r:.80}"
         )
-    return [n if (n is None or o is None) else _check_hook_result(fn, n, o, node) for n, o in zip(new, old)]
+    for n, o in zip(new, old):
+        if o is None and n is not None:
+            raise RuntimeError(f"hook '{_hook_name(fn)}' on {node.name()}: can't replace a None gradient with a "
+                               f"non-None value (got {type(n).__name__})")
+    return [n if n is None else _check_hook_result(fn, n, o, node) for n, o in zip(new, old)]
 
 
 # --- saved tensors ---------------------------------------------------------------------
@@ -409,7 +427,7 @@ class AccumulateGrad(Node):
         self._lock = threading.Lock()
         ext = variable._ext
         if ext is not None and ext.hooks is not None:
-            self._hooks = ext.hooks
+            share_tensor_hooks(self, ext.hooks)
 
     def apply(self, grads: list) -> tuple:
         g = grads[0]

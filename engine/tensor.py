@@ -22,7 +22,7 @@ import devices
 from devices import Device
 
 from ._state import tls
-from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook
+from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook, share_tensor_hooks
 
 _cpu = devices.cpu
 _getrefcount = sys.getrefcount
@@ -162,6 +162,9 @@ class Tensor:
                 raise RuntimeError(f"assigned grad has shape {tuple(value.shape)}, but the tensor has shape {tuple(self.shape)}")
             if value.device is not self.device:
                 raise RuntimeError(f"assigned grad is on {value.device}, but the tensor is on {self.device}")
+            if value.dtype != self.dtype:
+                raise RuntimeError(f"assigned grad has dtype {value.dtype}, but the tensor has dtype {self.dtype}: "
+                                   "a gradient must match its tensor's dtype, as in torch (convert it with .to())")
         self._grad = value
 
     @property
@@ -206,7 +209,7 @@ class Tensor:
             ext.hooks = NodeHooks()
         acc = self._acc() if self._acc is not None else None
         if acc is not None:
-            acc._hooks = ext.hooks
+            share_tensor_hooks(acc, ext.hooks)  # next to any hooks of the node itself
         return _add_hook(ext.hooks.tensor_pre.setdefault(0, {}), fn)
 
     def register_post_accumulate_grad_hook(self, fn: Callable[["Tensor"], None]) -> RemovableHandle:
