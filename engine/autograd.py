@@ -352,6 +352,8 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
                 t = inps[i]
                 with t.device.guard():
                     result[i] = _wrap(t.device.xp.zeros(t.shape, dtype=t.dtype), t.device)
+                # torch's zeros_like(input, requires_grad=create_graph): a leaf a further grad can reach
+                result[i]._rg = create_graph
     return tuple(result)
 
 

@@ -93,6 +93,17 @@ def test_materialize_grads_gives_zeros_of_input_shape_and_dtype():
     x2 = engine.tensor([1.0], requires_grad=True)
     _, gz = engine.grad((x2 * 2).sum(), [x2, z], allow_unused=True, materialize_grads=True)
     assert gz.tolist() == [[0.0] * 3] * 2
+    assert not gz.requires_grad
+
+
+def test_materialized_zeros_require_grad_under_create_graph_as_in_torch():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    z = engine.tensor([3.0], requires_grad=True)
+    gx, gz = engine.grad((x * x).sum(), [x, z], create_graph=True, materialize_grads=True)
+    assert gz.requires_grad and gz.is_leaf and gz.tolist() == [0.0]
+    assert gx.requires_grad and gx.grad_fn is not None
+    (ggx,) = engine.grad((gx.sum() + gz.sum()), [x])  # a second derivative through both
+    assert ggx.tolist() == [2.0, 2.0]
 
 
 def test_allow_unused_false_with_materialize_grads_is_value_error():
