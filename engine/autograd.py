@@ -25,6 +25,8 @@ TensorOrTensors = Union[Tensor, Sequence[Tensor]]
 def _as_tuple(x: Any, what: str) -> tuple:
     if isinstance(x, Tensor):
         return (x,)
+    if not isinstance(x, (tuple, list, str, bytes)) and hasattr(x, "__iter__") and not hasattr(x, "shape"):
+        x = tuple(x)  # a generator or another iterable of tensors, as torch takes them
     if isinstance(x, (tuple, list)):
         for i, t in enumerate(x):
             if not isinstance(t, Tensor):

@@ -314,3 +314,14 @@ def test_the_fast_needed_walk_finds_what_the_post_order_walk_finds(seed: int) ->
                 assert set(ref_gt.runnable) >= set(ref_deps)  # the post-order walk would run them all too
             taken.add(fast)
     assert taken == {True, False}  # both walks were compared
+
+
+def test_grad_and_backward_take_any_iterable_of_tensors_as_torch_does():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    w = engine.tensor([3.0], requires_grad=True)
+    gx, gw = engine.grad((x * w).sum(), (t for t in [x, w]))
+    assert gx.tolist() == [3.0, 3.0] and gw.tolist() == [3.0]
+    engine.backward(((x * w).sum() for _ in range(1)), inputs=iter([w]))
+    assert w.grad.tolist() == [3.0] and x.grad is None
+    with pytest.raises(TypeError, match="inputs must be a Tensor or a sequence of Tensors, got ndarray"):
+        engine.grad((x * w).sum(), np.array([1.0]))
