@@ -12,7 +12,8 @@ again to rebuild them. Two variants, as in PyTorch:
   It supports ``engine.grad``, ``inputs=`` and keyword arguments.
 
 With ``preserve_rng_state`` the generator state of the forward is restored for the
-re-run, so dropout draws the same mask.
+re-run, so dropout draws the same mask. See Note [Checkpoint re-run contract] for what the
+non-reentrant re-run checks and how it links to the inputs.
 
 >>> import engine, ops
 >>> x = engine.randn(4, 8, requires_grad=True)
@@ -31,6 +32,7 @@ from ._state import tls
 from .creation import get_rng_state, set_rng_state
 from .function import Function
 from .grad_mode import enable_grad
+from .graph import _modified_error
 from .saved_hooks import saved_tensors_hooks
 from .tensor import Tensor
 
@@ -38,6 +40,27 @@ _REENTRANT_GRAD_MESSAGE = (
     "Checkpointing is not compatible with .grad() or when an `inputs` parameter is passed to .backward(). "
     "Please use .backward() and do not pass its `inputs` argument, or use checkpoint(..., use_reentrant=False)."
 )
+
+
+class CheckpointError(RuntimeError):
+    """The re-run of a checkpointed function did not match its forward (PyTorch's
+    ``torch.utils.checkpoint.CheckpointError``)."""
+
+
+def _fn_name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+class _InputSlot:
+    """Names a checkpoint input in ``_modified_error`` (which only asks for ``name()``)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def name(self) -> str:
+        return self.label
 
 
 def _detach_like(args: Sequence[Any]) -> list:
@@ -103,14 +126,48 @@ def _rerun(fn: Callable, args: list, kwargs: dict, rng_state: Any) -> Any:
 _rng_fork_lock = threading.RLock()
 
 
+# Note [Checkpoint re-run contract]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The non-reentrant checkpoint keeps no activations, only ``fn`` and its inputs, and trusts
+# the re-run in backward to rebuild exactly what forward saved. Three things guard that:
+#
+# * Inputs unchanged. The tensor inputs' versions are recorded when forward returns and
+#   checked before every re-run: re-running from inputs modified in place would silently
+#   give the gradient of other values. The error is the saved-tensor one
+#   (graph._modified_error), as PyTorch raises for an input its saved variables hold.
+# * Same saves. The re-run must save as many tensors as forward did (slot i of forward is
+#   slot i of the re-run); a different count means ``fn`` is not deterministic, and raises
+#   CheckpointError instead of handing a wrong tensor (or none) to a node.
+# * Linked under create_graph. When backward records a graph (grad mode is on while it
+#   unpacks: the executor sets it to create_graph), ``fn`` re-runs on the real inputs, so
+#   the recomputed activations handed to the nodes depend on those inputs and a second
+#   derivative reaches them. A first-order backward re-runs on detached copies: nothing
+#   will differentiate that graph, so it need not reach into the caller's.
+# The reentrant variant gets the first check from save_for_backward; it supports first-order
+# gradients only.
+
+
 class _Recompute:
-    """State of one non-reentrant checkpoint: the re-run fills ``storage`` slot by slot."""
+    """State of one non-reentrant checkpoint: the re-run fills ``storage`` slot by slot.
+    See Note [Checkpoint re-run contract]."""
 
     def __init__(self, fn: Callable, args: tuple, kwargs: dict, rng_state: Any) -> None:
         self.fn, self.args, self.kwargs, self.rng_state = fn, args, kwargs, rng_state
         self.storage: dict[int, Tensor] | None = None
         self.count = 0
+        self.versions: list = []
         self.lock = threading.Lock()
+
+    def record_versions(self) -> None:
+        """Remember each tensor input's version as forward leaves it."""
+        named = [(f"input {i}", a) for i, a in enumerate(self.args)]
+        named += [(f"keyword argument {k!r}", a) for k, a in self.kwargs.items()]
+        self.versions = [(label, t, t._vc[0]) for label, t in named if isinstance(t, Tensor)]
+
+    def _check_versions(self) -> None:
+        for label, t, v in self.versions:
+            if t._vc[0] != v:
+                raise _modified_error(_InputSlot(f"checkpoint of {_fn_name(self.fn)} as its {label}"), t, v)
 
     def pack(self, t: Tensor) -> int:
         idx = self.count
@@ -129,6 +186,7 @@ class _Recompute:
             return t
 
     def _recompute(self) -> None:
+        self._check_versions()
         storage: dict[int, Tensor] = {}
         counter = iter(range(1 << 62))
 
@@ -139,7 +197,7 @@ class _Recompute:
         # The re-run's own nodes save normally (needed for double backward); see pack_saved.
         pack.identity_pack = True  # type: ignore[attr-defined]
 
-        args = _detach_like(self.args)
+        args = list(self.args) if tls.grad_enabled else _detach_like(self.args)
         # The re-run's own saves are captured (not hooked by outer hooks) into storage.
         prev = tls.saved_hooks
         tls.saved_hooks = ()
@@ -148,6 +206,13 @@ class _Recompute:
                 _rerun(self.fn, args, self.kwargs, self.rng_state)
         finally:
             tls.saved_hooks = prev
+        if len(storage) != self.count:
+            raise CheckpointError(
+                f"checkpoint: the recomputation of {_fn_name(self.fn)} in backward saved {len(storage)} tensors "
+                f"for backward where the forward saved {self.count}; the checkpointed function must be "
+                "deterministic (run the same ops, with the same inputs requiring grad, every time it is called). "
+                "Make it so, or call it without checkpoint."
+            )
         self.storage = storage
 
 
@@ -156,7 +221,10 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, prese
     """Run ``function(*args, **kwargs)`` without storing its activations; recompute them in backward.
 
     Gradients equal those of running ``function`` directly, including through dropout
-    (``preserve_rng_state``). See the module docstring for the two variants.
+    (``preserve_rng_state``). See the module docstring for the two variants. Backward raises
+    RuntimeError if a tensor argument was modified in place after forward, and (non-reentrant)
+    CheckpointError if the re-run saves a different number of tensors; see
+    Note [Checkpoint re-run contract].
     """
     if use_reentrant:
         if kwargs:
@@ -166,7 +234,9 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, prese
         return _CheckpointFunction.apply(function, preserve_rng_state, *args)
     state = _Recompute(function, args, kwargs, get_rng_state() if preserve_rng_state else None)
     with saved_tensors_hooks(state.pack, state.unpack):
-        return function(*args, **kwargs)
+        out = function(*args, **kwargs)
+    state.record_versions()
+    return out
 
 
 def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool = True, **kwargs: Any) -> Any:
