@@ -8,6 +8,7 @@ exactly, on cpu, virtual:1 and virtual:2, and no grad-mode / anomaly-mode state 
 from __future__ import annotations
 
 import builtins
+import importlib
 import pathlib
 import re
 import warnings
@@ -59,10 +60,16 @@ def parse(text: str) -> tuple[str, list[tuple[str, str, type, str]]]:
             continue  # the |---| line
         assert len(cells) == 4, f"malformed row: {line}"
         num, snippet, exc_name, message = cells
-        exc = getattr(builtins, exc_name, None)
+        exc = getattr(builtins, exc_name, None) if "." not in exc_name else _dotted(exc_name)
         assert isinstance(exc, type) and issubclass(exc, BaseException), f"row {num}: unknown exception {exc_name}"
         rows.append((num, _unquote(snippet, "input", num), exc, _unquote(message, "message", num)))
     return blocks[0], rows
+
+
+def _dotted(name: str) -> type | None:
+    """An exception class of the project named by its module path, e.g. engine.checkpoint.CheckpointError."""
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr, None)
 
 
 SETUP, ROWS = parse(PAGE.read_text())
