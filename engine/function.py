@@ -96,6 +96,10 @@ class FunctionCtx(Node):
             if not isinstance(g, Tensor):
                 raise TypeError(f"function {self.name()} returned a {type(g).__name__} as gradient {i}; expected a Tensor or None")
             shape, dtype, device = meta
+            if g.shape != shape and _expandable(shape, g.shape):
+                from ops._core import fit  # (engine cannot import ops at load time)
+
+                g = fit(g, shape, g.dtype)  # summed down to the input's shape, as torch does
             if g.shape != shape:
                 raise RuntimeError(
                     f"Function {self.name()} returned an invalid gradient at index {i} - got {list(g.shape)} "
@@ -107,6 +111,11 @@ class FunctionCtx(Node):
                 g = g.to(dtype)
             out.append(g if self.next_edges[i][0] is not None else None)
         return tuple(out)
+
+
+def _expandable(shape: tuple, to: tuple) -> bool:
+    """Can ``shape`` broadcast to ``to`` (torch's is_expandable_to)?"""
+    return len(shape) <= len(to) and all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(to)))
 
 
 def _zeros(meta: tuple) -> Tensor:
@@ -158,6 +167,12 @@ class Function:
             tls.grad_enabled = prev
         is_tuple = isinstance(outputs, tuple)
         outs = list(outputs) if is_tuple else [outputs]
+        if not ctx._dirty <= {id(o) for o in outs if isinstance(o, Tensor)}:
+            # Checked even when not recording, as torch does: the rule is about what forward returns.
+            raise RuntimeError(
+                f"{cls.__name__}: Some elements marked as dirty during the forward method were not returned as "
+                "output. The inputs that are modified inplace must all be outputs of the Function."
+            )
         if recording:
             _link(ctx, args, outs)
         else:
@@ -178,24 +193,36 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx.sequence_nr = _next_seq()
     ctx.next_edges = tuple(gradient_edge(a) if isinstance(a, Tensor) else NO_EDGE for a in args)
     ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
+    # Check every dirty output before changing any history, so a refused call leaves none half-linked.
+    rebase = [(o, _dirty_base(ctx, o)) for o in outs if isinstance(o, Tensor) and id(o) in ctx._dirty]
     input_ids = {id(a) for a in args if isinstance(a, Tensor)}
     out_meta = []
     for i, o in enumerate(outs):
         if not isinstance(o, Tensor):
             out_meta.append(None)
             continue
-        if id(o) in ctx._dirty:
-            if o.grad_fn is None and o._rg:
-                raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
-        elif id(o) in input_ids:
-            o = outs[i] = _alias(o)  # an input returned as-is becomes a new tensor with this grad_fn
-        if id(o) in ctx._non_diff or o.dtype.kind not in "fc":
-            out_meta.append((o.shape, o.dtype, o.device))
+        given = id(o)  # ids in _dirty/_non_diff are the objects forward returned, not the alias below
+        if given in input_ids and given not in ctx._dirty:
+            o = outs[i] = _alias(o)  # an input returned as-is becomes a new tensor (torch's view_as(self))
+        out_meta.append((o.shape, o.dtype, o.device))
+        if given in ctx._non_diff or o.dtype.kind not in "fc":
             continue
         o.grad_fn = ctx
         o._rg = True
         o._output_nr = i
-        out_meta.append((o.shape, o.dtype, o.device))
+    for o, base in rebase:
+        if o.grad_fn is not ctx:
+            continue  # not differentiable: no history changes
+        if base is not None:
+            _rebase(ctx, o, *base)
+        vc = o._vc
+        if len(vc) > 1:  # its views (or the other views of its base) now hold an old graph:
+            if len(vc) == 2:  # Note [Views and in-place] in ops/_core.py
+                vc.append(0)
+            vc[2] += 1
+    gens = [o._vc[2] for o, base in rebase if base is not None and o.grad_fn is ctx]
+    if gens:
+        ctx._view_gen = min(gens)  # the dirty views are up to date; min: views of several bases
     ctx._out_meta = tuple(out_meta)
     ctx.num_inputs = len(outs)
     for o in outs:
@@ -206,6 +233,51 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx._to_save = ()
     if tls.anomaly:
         ctx.metadata["traceback_"] = traceback.format_stack()[:-2]
+
+
+def _dirty_base(ctx: FunctionCtx, o: Tensor) -> tuple | None:
+    """For a dirty input that is a view, ``(base, positions)`` to rebase the base with; None for
+    one that is not. Raises where torch refuses, or where the change cannot be recorded.
+    See Note [In-place ops on views] in ops/inplace.py."""
+    name = ctx._fn_cls.__name__
+    if o.grad_fn is None and o._rg:
+        raise RuntimeError(f"{name}: a leaf Variable that requires grad has been used in an in-place operation.")
+    from ops._core import view_index  # engine cannot import ops at load time (ops imports engine)
+    from ops.inplace import _view_root
+
+    base = _view_root(o)
+    if base is None:
+        return None
+    if base.grad_fn is None and base._rg:
+        raise RuntimeError(
+            f"{name}: a view of a leaf Variable that requires grad is being used in an in-place operation. "
+            "Pass a clone() of the view instead, or call the Function under engine.no_grad()."
+        )
+    idx = None if o.grad_fn is None and base.grad_fn is not None else view_index(o, base)
+    if idx is None and id(o) not in ctx._non_diff and o.dtype.kind in "fc":
+        raise RuntimeError(
+            f"{name}: the input marked dirty is a view of another tensor whose change cannot be recorded for "
+            "autograd (the view was taken under no_grad of a tensor in the graph, or its base's array has "
+            "gaps): the base's graph would miss the change. Pass a clone() of the view instead."
+        )
+    return base, idx
+
+
+def _rebase(ctx: FunctionCtx, view: Tensor, base: Tensor, idx: Any) -> None:
+    """The base of a dirty view becomes index_put(old base, the view's positions, this Function's
+    output), as an in-place op on a view does (PyTorch's CopySlices): Note [In-place ops on views]."""
+    from ops import index, shape
+    from ops.inplace import CopySlices, _take_history
+
+    def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
+        s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
+        s.grad_fn, s._output_nr, s._rg = fn, nr, rg
+        return s
+
+    old = standin(base, base.grad_fn, base._output_nr, base._rg)
+    new = standin(view, ctx, view._output_nr, True)
+    flat = index.index_put(shape.reshape(old, (-1,)), (idx.ravel(),), shape.reshape(new, (-1,)))
+    _take_history(base, shape._reshape(flat, base.shape, CopySlices))
 
 
 class _DelayedError(Node):

@@ -278,3 +278,28 @@ def test_save_for_backward_rejects_non_tensors():
 
     with pytest.raises(TypeError, match="save_for_backward can only save Tensors or None, but argument 1 is int"):
         Bad.apply(engine.ones(1, requires_grad=True))
+
+
+def test_a_backward_gradient_of_a_broadcast_shape_is_summed_down_as_in_torch():
+    class Spread(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return engine.ones(2, 3) * 2.0  # (2, 3) for a (3,) input: expandable, so summed over dim 0
+
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    Spread.apply(x).sum().backward()
+    assert x.grad.tolist() == [4.0, 4.0, 4.0]
+
+    class Wrong(Spread):
+        @staticmethod
+        def backward(ctx, g):
+            return engine.ones(2, 2)
+
+    y = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"returned an invalid gradient at index 0 - got \[2, 2\] but expected "
+                                           r"shape compatible with \[3\]"):
+        Wrong.apply(y).sum().backward()
