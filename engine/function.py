@@ -167,7 +167,7 @@ class Function:
             tls.grad_enabled = prev
         is_tuple = isinstance(outputs, tuple)
         outs = list(outputs) if is_tuple else [outputs]
-        if not ctx._dirty <= {id(o) for o in outs if isinstance(o, Tensor)}:
+        if ctx._dirty and not ctx._dirty <= {id(o) for o in outs if isinstance(o, Tensor)}:
             # Checked even when not recording, as torch does: the rule is about what forward returns.
             raise RuntimeError(
                 f"{cls.__name__}: Some elements marked as dirty during the forward method were not returned as "
