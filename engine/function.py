@@ -210,17 +210,17 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         o.grad_fn = ctx
         o._rg = True
         o._output_nr = i
+    gens = []
     for o, base in rebase:
         if o.grad_fn is not ctx:
             continue  # not differentiable: no history changes
+        from ops.inplace import stale_views  # (engine cannot import ops at load time)
+
         if base is not None:
             _rebase(ctx, o, *base)
-        vc = o._vc
-        if len(vc) > 1:  # its views (or the other views of its base) now hold an old graph:
-            if len(vc) == 2:  # Note [Views and in-place] in ops/_core.py
-                vc.append(0)
-            vc[2] += 1
-    gens = [o._vc[2] for o, base in rebase if base is not None and o.grad_fn is ctx]
+        stale_views(o)  # its views (or the other views of its base) now hold an old graph
+        if base is not None:
+            gens.append(o._vc[2])
     if gens:
         ctx._view_gen = min(gens)  # the dirty views are up to date; min: views of several bases
     ctx._out_meta = tuple(out_meta)
@@ -266,8 +266,7 @@ def _dirty_base(ctx: FunctionCtx, o: Tensor) -> tuple | None:
 def _rebase(ctx: FunctionCtx, view: Tensor, base: Tensor, idx: Any) -> None:
     """The base of a dirty view becomes index_put(old base, the view's positions, this Function's
     output), as an in-place op on a view does (PyTorch's CopySlices): Note [In-place ops on views]."""
-    from ops import index, shape
-    from ops.inplace import CopySlices, _take_history
+    from ops.inplace import rebase_root
 
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
         s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
@@ -276,8 +275,7 @@ def _rebase(ctx: FunctionCtx, view: Tensor, base: Tensor, idx: Any) -> None:
 
     old = standin(base, base.grad_fn, base._output_nr, base._rg)
     new = standin(view, ctx, view._output_nr, True)
-    flat = index.index_put(shape.reshape(old, (-1,)), (idx.ravel(),), shape.reshape(new, (-1,)))
-    _take_history(base, shape._reshape(flat, base.shape, CopySlices))
+    rebase_root(base, old, idx, new)
 
 
 class _DelayedError(Node):

@@ -141,13 +141,7 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
         result = device.to(result, dtype=self.dtype)
     root = _view_root(self)
     if root is not None:
-        # The root becomes index_put(old root, the view's positions, result): recorded with the
-        # differentiable ops, so the root's gradient reaches the old root outside the view's
-        # elements and ``result``'s inputs inside them (PyTorch's CopySlices).
-        flat = index.index_put(shape.reshape(_snapshot(root), (-1,)), (view_index(self, root).ravel(),),
-                               shape.reshape(result, (-1,)))
-        rebased = shape._reshape(flat, root.shape, CopySlices)
-        _take_history(root, rebased)
+        rebase_root(root, _snapshot(root), view_index(self, root), result)
     self.data[...] = result.data
     _take_history(self, result)
     _bump(self, recorded=True)
@@ -155,6 +149,25 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     if len(vc) > 2 and self.grad_fn is not None:
         self.grad_fn._view_gen = vc[2]  # self is up to date; other views of its root are stale
     return self
+
+
+def rebase_root(root: Tensor, old_root: Tensor, positions: Any, result: Tensor) -> None:
+    """``root`` (a view's root) takes the history index_put(``old_root``, the view's
+    ``positions``, ``result``): recorded with the differentiable ops, so the root's gradient
+    reaches the old root outside the view's elements and ``result``'s inputs inside them
+    (PyTorch's CopySlices). Shared with custom Functions' ``mark_dirty`` (engine/function.py)."""
+    flat = index.index_put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)))
+    _take_history(root, shape._reshape(flat, root.shape, CopySlices))
+
+
+def stale_views(t: Tensor) -> None:
+    """``t``'s views (or the other views of its root) now hold an out-of-date graph: a new
+    generation of the shared counter (Note [Views and in-place] in ops/_core.py)."""
+    vc = t._vc
+    if len(vc) > 1:
+        if len(vc) == 2:
+            vc.append(0)
+        vc[2] += 1
 
 
 def _take_history(t: Tensor, result: Tensor) -> None:
@@ -168,12 +181,9 @@ def _take_history(t: Tensor, result: Tensor) -> None:
 
 
 def _bump(self: Tensor, recorded: bool = False) -> None:
-    vc = self._vc
-    vc[0] += 1
-    if recorded and len(vc) > 1:  # views of self now have an out-of-date graph
-        if len(vc) == 2:
-            vc.append(0)
-        vc[2] += 1
+    self._vc[0] += 1
+    if recorded:
+        stale_views(self)
 
 
 def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = False) -> Callable:
