@@ -1,16 +1,21 @@
 """Helpers shared by the benchmark scripts: timing, graph counting, Markdown output.
 
-Not part of the installed package; the scripts put the repository root on ``sys.path``
-so they run from a checkout without ``pip install -e .``.
+Not part of the installed package. Importing this module makes ``import threadgrad`` load the
+threadgrad of this checkout (or of the tree named by ``THREADGRAD_TREE``, as instructions.py's
+children do), whatever is installed, so the scripts measure the code beside them and run from a
+checkout without ``pip install -e .``.
 """
 from __future__ import annotations
 
 import gc
+import importlib
+import importlib.util
 import os
 import platform
 import statistics
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -26,8 +31,32 @@ def profile_top(stats: Any, top: int) -> Iterable[tuple]:
         yield f"{where}:{line} {name}", ncalls, tottime, cumtime
 RESULTS_DIR = os.path.join(ROOT, "benchmarks", "results")
 
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+
+
+def use_tree(root: str) -> None:
+    """Make ``import threadgrad`` load the checkout at ``root``. Its parts are folders at the root
+    (installed as subpackages through ``package-dir``), so the package's search path lists both
+    ``root/threadgrad`` and ``root``. A revision from before the threadgrad package (its parts were
+    top-level packages) is given a stand-in ``threadgrad`` holding them, for ``--against`` runs."""
+    if "threadgrad" in sys.modules:
+        raise RuntimeError("use_tree must run before threadgrad is imported")
+    init = os.path.join(root, "threadgrad", "__init__.py")
+    if os.path.isfile(init):
+        spec = importlib.util.spec_from_file_location(
+            "threadgrad", init, submodule_search_locations=[os.path.dirname(init), root])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["threadgrad"] = module
+        spec.loader.exec_module(module)
+        return
+    sys.path.insert(0, root)
+    stand_in = types.ModuleType("threadgrad")
+    for part in ("devices", "engine", "ops"):
+        setattr(stand_in, part, importlib.import_module(part))
+        sys.modules[f"threadgrad.{part}"] = getattr(stand_in, part)
+    sys.modules["threadgrad"] = stand_in
+
+
+use_tree(os.environ.get("THREADGRAD_TREE", ROOT))
 
 
 def try_import_torch() -> Any:

@@ -23,10 +23,10 @@ from typing import Any, Callable
 
 import numpy
 
-from _common import gc_paused, try_import_torch  # noqa: E402 - _common puts the repo root on sys.path
+from _common import gc_paused, try_import_torch  # noqa: E402 - _common loads this checkout's threadgrad
 
-import engine  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import engine  # noqa: E402
+from threadgrad import ops  # noqa: E402
 
 SHAPE = (16,)
 C = 1.5   # chain constant: x -> 1.5 * tanh(x) has a stable fixed point, so values stay O(1)

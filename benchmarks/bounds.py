@@ -27,17 +27,17 @@ from typing import Any, Callable
 
 import numpy
 
-from _common import Row, Table, count_nodes, gc_paused, median  # noqa: E402 - puts the repo root on sys.path
+from _common import Row, Table, count_nodes, gc_paused, median  # noqa: E402 - _common loads this checkout's threadgrad
 
-import devices  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import devices  # noqa: E402
+from threadgrad import ops  # noqa: E402
 from backends import Backend, build_chain, build_wide, make_inputs  # noqa: E402
-from engine.autograd import _compute_dependencies  # noqa: E402
-from engine.executor import GraphTask  # noqa: E402
-from engine.graph import NO_EDGE, AccumulateGrad, Node, SavedOutput, _next_seq  # noqa: E402
-from engine.tensor import Tensor, _wrap, grad_accumulator  # noqa: E402
-from ops.elementwise import AddBackward0, MulBackward0, TanhBackward0  # noqa: E402
-from ops.reduce import SumBackward0  # noqa: E402
+from threadgrad.engine.autograd import _compute_dependencies  # noqa: E402
+from threadgrad.engine.executor import GraphTask  # noqa: E402
+from threadgrad.engine.graph import NO_EDGE, AccumulateGrad, Node, SavedOutput, _next_seq  # noqa: E402
+from threadgrad.engine.tensor import Tensor, _wrap, grad_accumulator  # noqa: E402
+from threadgrad.ops.elementwise import AddBackward0, MulBackward0, TanhBackward0  # noqa: E402
+from threadgrad.ops.reduce import SumBackward0  # noqa: E402
 from workloads import CHAIN_N, WIDE_BRANCHES, log, numpy_floor_chain  # noqa: E402
 
 CHAIN_TARGET_BWD = 0.5  # x torch, issue 6

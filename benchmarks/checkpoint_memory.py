@@ -20,8 +20,7 @@ import tracemalloc
 
 import numpy as np
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def build(layers: int, width: int, batch: int):

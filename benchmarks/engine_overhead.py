@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy
 
-from _common import (  # noqa: E402 - _common puts the repo root on sys.path
+from _common import (  # noqa: E402 - _common loads this checkout's threadgrad
     profile_top,
     count_nodes,
     fmt,
@@ -49,8 +49,8 @@ from _common import (  # noqa: E402 - _common puts the repo root on sys.path
     write_result,
 )
 
-import engine  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import engine  # noqa: E402
+from threadgrad import ops  # noqa: E402
 from backends import (  # noqa: E402 - the graphs and backends are shared with run_all.py
     SHAPE,
     Ours,

@@ -36,9 +36,9 @@ import numpy
 
 from _common import fmt, gc_paused, machine_summary, markdown_table, median, try_import_torch, write_result  # noqa: E402
 
-import devices  # noqa: E402
-import engine  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import devices  # noqa: E402
+from threadgrad import engine  # noqa: E402
+from threadgrad import ops  # noqa: E402
 
 
 # --- backends ---------------------------------------------------------------------------------

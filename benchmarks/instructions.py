@@ -36,8 +36,8 @@ Rows (the graphs are those of engine_overhead.py, built by backends.py; (16,) fl
   loop runs in a function: a module-level loop adds ~450 instructions a call (global lookups).
 
 With ``--against REV`` the revision is checked out in a temporary ``git worktree`` (removed
-afterwards) and measured the same way: the child puts the measured tree's root first on
-``sys.path`` and reports ``engine.__file__``, which is checked. The result is printed and written
+afterwards) and measured the same way: the child loads the measured tree's threadgrad
+(``THREADGRAD_TREE``, read by _common.py) and reports ``engine.__file__``, which is checked. The result is printed and written
 to ``results/instructions.md``. Without valgrind the script says so and exits 0.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from _common import ROOT, machine_summary, markdown_table, write_result  # _common puts ROOT on sys.path
+from _common import ROOT, machine_summary, markdown_table, write_result  # _common loads this checkout's threadgrad
 
 CHAIN_N = 2_000
 BRANCHES = 500
@@ -107,10 +107,8 @@ def child(tree: str, scenario: str, stages: int) -> None:
     """
     import gc  # noqa: PLC0415
     gc.disable()
-    sys.path.insert(0, tree)  # before any import of engine: this tree's code, not the installed one
     import numpy  # noqa: PLC0415
-    import engine  # noqa: PLC0415
-    import ops  # noqa: PLC0415
+    from threadgrad import engine, ops  # noqa: PLC0415 - the tree's: _env() names it in THREADGRAD_TREE
     from backends import Ours, build_chain, build_wide, make_inputs  # noqa: PLC0415
 
     b = Ours()
@@ -172,13 +170,13 @@ def _child_cmd(tree: str, scenario: str, stages: int) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--child", tree, scenario, str(stages)]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, **CHILD_ENV}
+def _env(tree: str) -> dict[str, str]:
+    return {**os.environ, **CHILD_ENV, "THREADGRAD_TREE": tree}  # _common.py loads that tree's threadgrad
 
 
 def probe(tree: str) -> dict[str, Any]:
     """Run the child natively once: node counts, and a check that it imports the tree's engine."""
-    p = subprocess.run(_child_cmd(tree, "probe", 0), env=_env(), capture_output=True, text=True)
+    p = subprocess.run(_child_cmd(tree, "probe", 0), env=_env(tree), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"probe of {tree} failed:\n{p.stderr[-3000:]}")
     info = json.loads(p.stdout.strip().splitlines()[-1])
@@ -193,7 +191,7 @@ def probe(tree: str) -> dict[str, Any]:
 def callgrind(tree: str, run: Run) -> int:
     """Instructions executed by one child process under callgrind ("Collected : N")."""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *_child_cmd(tree, *run)]
-    p = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
+    p = subprocess.run(cmd, env=_env(tree), capture_output=True, text=True)
     m = re.search(r"Collected\s*:\s*(\d+)", p.stderr)
     if p.returncode != 0 or m is None:
         raise RuntimeError(f"callgrind run {run} of {tree} failed (rc {p.returncode}):\n{p.stderr[-3000:]}")

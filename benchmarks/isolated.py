@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from _common import Row, Table, median  # noqa: E402 - _common puts the repo root on sys.path
+from _common import Row, Table, median  # noqa: E402 - _common loads this checkout's threadgrad
 
 CHAIN_N = 10_000
 CHILD_SAMPLES = 7  # timed samples per process, after one untimed

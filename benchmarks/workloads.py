@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy
 
-from _common import (  # noqa: E402 - _common puts the repo root on sys.path
+from _common import (  # noqa: E402 - _common loads this checkout's threadgrad
     ROOT,
     profile_top,
     Row,
@@ -35,8 +35,8 @@ from _common import (  # noqa: E402 - _common puts the repo root on sys.path
     per_call_us,
 )
 
-import engine  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import engine  # noqa: E402
+from threadgrad import ops  # noqa: E402
 from backends import Backend, build_chain, build_wide, make_inputs, wide_op_count  # noqa: E402
 
 SWEEP_SIZES = (1_000, 10_000, 100_000, 1_000_000)
@@ -993,8 +993,8 @@ class _IdentityBackward(engine.Node):
 
 
 def _identity(x: Any) -> Any:
-    from engine._record import record  # noqa: PLC0415
-    from engine.tensor import _wrap  # noqa: PLC0415
+    from threadgrad.engine._record import record  # noqa: PLC0415
+    from threadgrad.engine.tensor import _wrap  # noqa: PLC0415
 
     out = _wrap(x.data, x.device)
     record(_IdentityBackward(), (x,), out)
@@ -1085,7 +1085,7 @@ def breakdown(quick: bool) -> tuple[Table, str]:
     import cProfile  # noqa: PLC0415
     import pstats  # noqa: PLC0415
 
-    from engine.tensor import _wrap  # noqa: PLC0415
+    from threadgrad.engine.tensor import _wrap  # noqa: PLC0415
 
     n = CHAIN_N
     repeats = 3 if quick else 7

@@ -4,7 +4,7 @@ A :class:`Device` names where a tensor's array lives and which array module (``x
 operates on it. Devices are interned: ``devices.get("virtual:1") is devices.get("virtual:1")``,
 so the engine compares them by identity on its hot path.
 
->>> import devices
+>>> from threadgrad import devices
 >>> devices.get("cpu") is devices.cpu
 True
 >>> str(devices.get("virtual:2")), devices.get("virtual:2").index

@@ -98,7 +98,7 @@ class CudaDevice(Device):
     build one over numpy and a stand-in ``cuda_api`` and install it with ``devices.register``:
 
     >>> import numpy, devices
-    >>> from devices.cuda import CudaDevice
+    >>> from threadgrad.devices.cuda import CudaDevice
     >>> from fake_cupy import FakeCupy  # tests/devices/fake_cupy.py (on sys.path under pytest)
     >>> fake = FakeCupy()
     >>> dev = CudaDevice(0, numpy, fake.cuda)

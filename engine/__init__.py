@@ -1,6 +1,11 @@
 """threadgrad's engine: tensors, the autograd graph, the threaded executor, the autograd API.
 
->>> import engine
+The engine core (tensor, graph, grad mode, executor, autograd API) imports ``devices`` and no
+ops. The layers built from ops, custom ``Function`` (engine/function.py) and ``checkpoint``
+(engine/checkpoint.py), sit above ops and import it; threadgrad/__init__.py imports them after
+ops and re-exports their names here (``engine.Function``, ``engine.checkpoint``, ...).
+
+>>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0], requires_grad=True)
 >>> y = (x * x).sum()
 >>> y.backward()
@@ -15,9 +20,7 @@ from .anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .autograd import backward, backward_async, grad, grad_async, queue_callback
 from .creation import (arange, empty, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
                        zeros_like, empty_like, full_like)
-from .checkpoint import checkpoint, checkpoint_sequential
 from .executor import Engine, get_engine
-from .function import Function, FunctionCtx, once_differentiable
 from .gradcheck import gradcheck, gradgradcheck
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node, RemovableHandle
@@ -38,11 +41,7 @@ __all__ = [
     "backward", "grad", "backward_async", "grad_async", "queue_callback",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "gradcheck", "gradgradcheck",
-    "Function", "FunctionCtx", "once_differentiable", "checkpoint", "checkpoint_sequential",
+    "Function", "FunctionCtx", "once_differentiable", "checkpoint", "checkpoint_sequential", "CheckpointError",
     "saved_tensors_hooks", "save_on_cpu", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
     "float16", "float32", "float64", "int32", "int64", "bool_",
 ]
-
-# Tensor's operators and methods are defined in ops/ (one op, one definition); importing
-# ops attaches them. It must come last: ops imports this package.
-import ops as _ops  # noqa: E402,F401

@@ -1,6 +1,6 @@
 """Recording the graph in forward: the one function every op calls to link its node.
 
->>> import engine, ops
+>>> from threadgrad import engine, ops
 >>> x = engine.ones(2, requires_grad=True)
 >>> ops.exp(x).grad_fn.next_functions[0][0].name()
 'AccumulateGrad'

@@ -5,7 +5,7 @@ node in backward raises RuntimeError naming the node (with ``check_nan``), and a
 backward carries that forward traceback (as an exception note). Off, it costs the per-op
 path one thread-local read and the per-node path one attribute read.
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.tensor([0.0], requires_grad=True)
 >>> with engine.detect_anomaly():
 ...     y = (x.log() * 0).sum()

@@ -1,6 +1,6 @@
 """The autograd API: ``backward``, ``grad``, their ``_async`` forms, ``queue_callback``.
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0], requires_grad=True)
 >>> (gx,) = engine.grad((x ** 2).sum(), x)
 >>> gx.tolist()
@@ -12,7 +12,7 @@ import contextlib
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
 
-import devices
+from .. import devices
 
 from ._state import tls
 from .executor import GraphTask, _current_streams, get_engine
@@ -287,7 +287,7 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     ``retain_graph`` defaults to ``create_graph``; without it the graph's saved tensors are
     freed as it runs. Returns when every node has run and every final callback has run.
 
-    >>> import engine
+    >>> from threadgrad import engine
     >>> w = engine.tensor([3.0], requires_grad=True)
     >>> engine.backward((w * w).sum())
     >>> w.grad.tolist()
@@ -323,7 +323,7 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
     depend on is an error unless ``allow_unused`` (then None, or zeros with
     ``materialize_grads``). ``no_grad_vars`` cuts every gradient path through those tensors.
 
-    >>> import engine
+    >>> from threadgrad import engine
     >>> x = engine.tensor(2.0, requires_grad=True)
     >>> (g,) = engine.grad(x ** 3, x, create_graph=True)
     >>> (gg,) = engine.grad(g, x)

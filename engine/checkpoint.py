@@ -15,7 +15,7 @@ With ``preserve_rng_state`` the generator state of the forward is restored for t
 re-run, so dropout draws the same mask. See Note [Checkpoint re-run contract] for what the
 non-reentrant re-run checks and how it links to the inputs.
 
->>> import engine, ops
+>>> from threadgrad import engine, ops
 >>> x = engine.randn(4, 8, requires_grad=True)
 >>> w = engine.randn(8, 8, requires_grad=True)
 >>> y = engine.checkpoint(lambda a: ops.tanh(a @ w), x, use_reentrant=False)
@@ -216,16 +216,27 @@ class _Recompute:
         self.storage = storage
 
 
-def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, preserve_rng_state: bool = True,
+_USE_REENTRANT_WARNING = (
+    "{}: the use_reentrant parameter should be passed explicitly. use_reentrant=False is recommended, but "
+    "if you need to preserve the current default behavior, you can pass use_reentrant=True. Refer to "
+    "docs/checkpointing.md for the differences between the two variants."
+)
+
+
+def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None, preserve_rng_state: bool = True,
                **kwargs: Any) -> Any:
     """Run ``function(*args, **kwargs)`` without storing its activations; recompute them in backward.
 
     Gradients equal those of running ``function`` directly, including through dropout
-    (``preserve_rng_state``). See the module docstring for the two variants. Backward raises
-    RuntimeError if a tensor argument was modified in place after forward, and (non-reentrant)
-    CheckpointError if the re-run saves a different number of tensors; see
+    (``preserve_rng_state``). See the module docstring for the two variants. Without
+    ``use_reentrant``, warns (UserWarning, as torch 2.13) and uses the reentrant variant.
+    Backward raises RuntimeError if a tensor argument was modified in place after forward, and
+    (non-reentrant) CheckpointError if the re-run saves a different number of tensors; see
     Note [Checkpoint re-run contract].
     """
+    if use_reentrant is None:
+        warnings.warn(_USE_REENTRANT_WARNING.format("threadgrad checkpoint"), UserWarning, stacklevel=2)
+        use_reentrant = True
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
@@ -239,9 +250,14 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool = True, prese
     return out
 
 
-def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool = True, **kwargs: Any) -> Any:
+def checkpoint_sequential(functions: Any, segments: int, input: Any, use_reentrant: bool | None = None,
+                          **kwargs: Any) -> Any:
     """Run a sequence of functions (or a list of modules) in ``segments`` checkpointed chunks;
-    the last chunk runs normally, as in PyTorch."""
+    the last chunk runs normally, as in PyTorch. Without ``use_reentrant``, warns as
+    :func:`checkpoint` does and uses the reentrant variant."""
+    if use_reentrant is None:
+        warnings.warn(_USE_REENTRANT_WARNING.format("threadgrad checkpoint_sequential"), UserWarning, stacklevel=2)
+        use_reentrant = True
     functions = list(functions)
     if segments < 1:
         raise ValueError(f"checkpoint_sequential: segments must be >= 1, got {segments}")

@@ -2,7 +2,7 @@
 
 Floats default to float32 and integers to int64, as in torch; numpy arrays keep their dtype.
 
->>> import engine
+>>> from threadgrad import engine
 >>> engine.tensor([1, 2]).dtype, engine.tensor([1.0]).dtype, engine.zeros(2, 3).shape
 (dtype('int64'), dtype('float32'), (2, 3))
 

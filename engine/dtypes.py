@@ -1,6 +1,7 @@
 """torch's dtype promotion for two tensor operands (numpy's differs for mixed kinds and 0-d).
 
->>> import engine, numpy
+>>> import numpy
+>>> from threadgrad import engine
 >>> result_dtype(engine.tensor([1, 2]), engine.tensor([0.5, 1.5])) == numpy.float32
 True
 """

@@ -113,7 +113,7 @@ import threading
 import traceback
 from typing import Any, Callable
 
-import devices
+from .. import devices
 
 from ._state import tls, used
 from .graph import GraphRoot, Node
@@ -828,7 +828,7 @@ os.register_at_fork(after_in_child=lambda: _engine._after_fork_in_child())
 def get_engine() -> Engine:
     """The process-wide executor.
 
-    >>> import engine
+    >>> from threadgrad import engine
     >>> engine.get_engine().max_recursion_depth > 0
     True
     """

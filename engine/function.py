@@ -5,7 +5,7 @@ what forward stores on it lives exactly as long as the graph. Tensors go through
 ``ctx.save_for_backward`` (the save choke point: version checks, saved-tensor hooks);
 other values may be set as plain attributes.
 
->>> import engine
+>>> from threadgrad import engine
 >>> class Cube(engine.Function):
 ...     @staticmethod
 ...     def forward(ctx, x):
@@ -32,6 +32,8 @@ from ._state import tls
 from .graph import NO_EDGE, Node, _next_seq, pack_saved
 from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
+from ..ops._core import fit, view_index
+from ..ops.inplace import _view_root, rebase_root, stale_views
 
 
 class FunctionCtx(Node):
@@ -97,8 +99,6 @@ class FunctionCtx(Node):
                 raise TypeError(f"function {self.name()} returned a {type(g).__name__} as gradient {i}; expected a Tensor or None")
             shape, dtype, device = meta
             if g.shape != shape and _expandable(shape, g.shape):
-                from ops._core import fit  # (engine cannot import ops at load time)
-
                 g = fit(g, shape, g.dtype)  # summed down to the input's shape, as torch does
             if g.shape != shape:
                 raise RuntimeError(
@@ -214,8 +214,6 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     for o, base in rebase:
         if o.grad_fn is not ctx:
             continue  # not differentiable: no history changes
-        from ops.inplace import stale_views  # (engine cannot import ops at load time)
-
         if base is not None:
             _rebase(ctx, o, *base)
         stale_views(o)  # its views (or the other views of its base) now hold an old graph
@@ -242,9 +240,6 @@ def _dirty_base(ctx: FunctionCtx, o: Tensor) -> tuple | None:
     name = ctx._fn_cls.__name__
     if o.grad_fn is None and o._rg:
         raise RuntimeError(f"{name}: a leaf Variable that requires grad has been used in an in-place operation.")
-    from ops._core import view_index  # engine cannot import ops at load time (ops imports engine)
-    from ops.inplace import _view_root
-
     base = _view_root(o)
     if base is None:
         return None
@@ -266,8 +261,6 @@ def _dirty_base(ctx: FunctionCtx, o: Tensor) -> tuple | None:
 def _rebase(ctx: FunctionCtx, view: Tensor, base: Tensor, idx: Any) -> None:
     """The base of a dirty view becomes index_put(old base, the view's positions, this Function's
     output), as an in-place op on a view does (PyTorch's CopySlices): Note [In-place ops on views]."""
-    from ops.inplace import rebase_root
-
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
         s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
         s.grad_fn, s._output_nr, s._rg = fn, nr, rg

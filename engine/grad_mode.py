@@ -2,7 +2,7 @@
 
 See Note [Thread-local state] in _state.py.
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.ones(2, requires_grad=True)
 >>> with engine.no_grad():
 ...     y = x * 2
@@ -109,7 +109,7 @@ class set_grad_enabled(_GradModeContext):
     """Set grad mode on this thread: as a function call it takes effect at once; as a
     context manager it is restored on exit.
 
-    >>> import engine
+    >>> from threadgrad import engine
     >>> _ = engine.set_grad_enabled(False); engine.is_grad_enabled()
     False
     >>> _ = engine.set_grad_enabled(True)

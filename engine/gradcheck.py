@@ -6,8 +6,8 @@ Jacobian of every floating point output is compared with the analytical one the 
 computes, one vector-Jacobian product (a ``grad`` call with a one-hot ``grad_outputs``) per
 output element. Use float64 inputs: float32 cannot resolve ``eps=1e-6``.
 
->>> import engine, ops
->>> from engine.gradcheck import gradcheck, gradgradcheck
+>>> from threadgrad import engine, ops
+>>> from threadgrad.engine.gradcheck import gradcheck, gradgradcheck
 >>> x = engine.tensor([0.5, -1.0, 2.0], dtype=engine.float64, requires_grad=True)
 >>> gradcheck(ops.tanh, (x,)), gradgradcheck(ops.tanh, (x,))
 (True, True)
@@ -123,8 +123,8 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-6, atol: floa
     input 0", both Jacobians shown), or returns False when ``raise_exception=False``.
     Input numbering counts only the inputs that require grad, as in torch.
 
-    >>> import engine, ops
-    >>> from engine.gradcheck import gradcheck
+    >>> from threadgrad import engine, ops
+    >>> from threadgrad.engine.gradcheck import gradcheck
     >>> a = engine.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=engine.float64, requires_grad=True)
     >>> b = engine.tensor([0.5, -2.0], dtype=engine.float64, requires_grad=True)
     >>> gradcheck(lambda a, b: ops.mul(a, b).sum(dim=0), (a, b))
@@ -168,8 +168,8 @@ def gradgradcheck(fn: Callable[..., Any], inputs: Any, grad_outputs: Any = None,
     ``grad_outputs`` defaults to random float64 tensors (from a fixed private seed, so the
     engine's generator is not disturbed) that also require grad, as in torch.
 
-    >>> import engine, ops
-    >>> from engine.gradcheck import gradgradcheck
+    >>> from threadgrad import engine, ops
+    >>> from threadgrad.engine.gradcheck import gradgradcheck
     >>> x = engine.tensor([0.3, -0.7], dtype=engine.float64, requires_grad=True)
     >>> gradgradcheck(lambda x: ops.mul(ops.sin(x), x), (x,))
     True

@@ -5,7 +5,7 @@ A Node is the backward of one forward op. It takes one gradient per forward *out
 which the executor sends along ``next_edges``: a tuple of ``(node, input_nr)`` pairs,
 ``(None, 0)`` where that input needs no gradient.
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.ones(3, requires_grad=True)
 >>> y = (x * 2).sum()
 >>> y.grad_fn.name(), y.grad_fn.next_functions[0][0].name()

@@ -4,7 +4,7 @@ Every tensor an op or Function saves for backward passes through one choke point
 (``graph.pack_saved``); while these hooks are active on the thread, it keeps only
 ``pack(tensor)`` and calls ``unpack(packed)`` when backward needs the tensor.
 
->>> import engine
+>>> from threadgrad import engine
 >>> packed = []
 >>> with engine.saved_tensors_hooks(lambda t: packed.append(t) or len(packed) - 1, lambda i: packed[i]):
 ...     x = engine.tensor([3.0], requires_grad=True)

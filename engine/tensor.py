@@ -1,10 +1,10 @@
 """``engine.Tensor``: one array plus the autograd bookkeeping around it.
 
 Operators (``+``, ``@``, ``.sum()``, ``.exp()``, in-place methods ...) are attached by the
-``ops`` package when it is imported (``import engine`` imports it), so that each op is
+``ops`` package when it is imported (threadgrad/__init__.py imports it), so that each op is
 defined once, in ops/ (see ops/_methods.py).
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
 >>> (x * x).sum().backward()
 >>> x.grad.tolist()
@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy
 
-import devices
-from devices import Device
+from .. import devices
+from ..devices import Device
 
 from ._state import tls
 from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook, share_tensor_hooks

@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def spirals(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -23,9 +23,8 @@ from concurrent.futures import Future
 
 import numpy as np
 
-import engine
-import ops
-from engine import Tensor
+from threadgrad import engine, ops
+from threadgrad.engine import Tensor
 
 N_SHARDS = 2
 TEST_FRACTION = 0.2

@@ -4,14 +4,13 @@ Every op broadcasts like numpy, promotes dtypes like torch, refuses operands on 
 devices, and is differentiable twice. ``REGISTRY`` maps each public op name to its function;
 docs/ops.md lists them.
 
->>> import engine, ops
+>>> from threadgrad import engine, ops
 >>> x = engine.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
 >>> ops.sum(ops.mul(x, x), dim=1).tolist()
 [5.0, 25.0]
 """
 from __future__ import annotations
 
-import engine as _engine  # noqa: F401 - ops sit on top of engine (ops -> engine -> devices)
 
 from ._core import REGISTRY, register
 from .activation import gelu, log_softmax, relu, sigmoid, softmax, softplus

@@ -37,14 +37,14 @@ from typing import Any, Callable, TypeVar
 
 import numpy
 
-from engine._record import (OUTPUT, binary_result, needs_grad, record, record_binary, record_unary,  # noqa: F401 - re-exported
+from ..engine._record import (OUTPUT, binary_result, needs_grad, record, record_binary, record_unary,  # noqa: F401 - re-exported
                             unary_result)  # for op modules
-from engine import _state
-from engine._state import tls  # noqa: F401
-from engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
-from engine.graph import Node  # noqa: F401
-from engine.tensor import Tensor, _wrap
-from engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
+from ..engine import _state
+from ..engine._state import tls  # noqa: F401
+from ..engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
+from ..engine.graph import Node  # noqa: F401
+from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
 
 REGISTRY: dict[str, Callable[..., Any]] = {}
 
@@ -368,4 +368,4 @@ def check_fresh(t: Tensor, name: str) -> None:
             )
 
 
-_state.refresh_view = check_fresh  # custom Functions refresh stale views too (engine cannot import ops)
+_state.refresh_view = check_fresh  # the engine core refreshes stale views through this (it imports no ops)

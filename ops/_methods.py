@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from . import activation, device, elementwise, index, linalg, reduce, shape
 

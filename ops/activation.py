@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import (BOOL as _BOOL, OUTPUT, Node, check_tensor, const, normalize_dim, record, record_unary, register,
                     tls, unary_result)
@@ -101,7 +101,7 @@ def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g`` where relu's output ``y`` is positive, else 0 (torch's ``threshold_backward(g, y, 0)``),
     in one node: relu's backward under ``create_graph``. See Note [Gradients linked to the output].
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> x = engine.tensor([1.5, -2.0], requires_grad=True)
     >>> (g,) = engine.grad(ops.relu(x).sum(), x, create_graph=True)
     >>> g.tolist(), g.grad_fn.name()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tensor import Tensor, _wrap, to_device, to_dtype
+from ..engine.tensor import Tensor, _wrap, to_device, to_dtype
 
 from ._core import Node, check_tensor, record_unary, register, tls
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy
 
-import devices
-from engine.tensor import Tensor, _wrap
+from .. import devices
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, mark_view_node, normalize_dim,
                     record, record_unary, register, share_version, tls)
@@ -118,7 +118,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
 
     Repeated integer indices accumulate their gradients:
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
     >>> ops.getitem(x, [0, 0, 2]).sum().backward()
     >>> x.grad.tolist()
@@ -191,7 +191,7 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     """A copy of ``x`` with ``values`` (broadcast) written at ``indices`` (any getitem index),
     or added there when ``accumulate`` (repeated indices then add up). ``x[i] = v`` records this.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> ops.index_put(engine.zeros(3), [0, 0], engine.tensor(1.0), accumulate=True).tolist()
     [2.0, 0.0, 0.0]
     """
@@ -241,7 +241,7 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     ``index`` is an integer tensor with ``x``'s number of dims; repeated entries accumulate
     their gradients.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> x = engine.tensor([[1.0, 2.0], [3.0, 4.0]])
     >>> ops.gather(x, 1, engine.tensor([[1], [0]])).tolist()
     [[2.0], [3.0]]

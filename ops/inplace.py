@@ -32,7 +32,7 @@ A detach() alias is no view for autograd (it is never rebased); a view of a leaf
 requires grad raises, as in torch; and a root whose array has gaps (not C- or
 Fortran-contiguous, which every op output is) makes the op raise.
 
->>> import engine
+>>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0])
 >>> x += 1
 >>> x.mul_(2).tolist(), x.version
@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import numpy
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
 from ._core import (BOOL, CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls,

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, binary_operands, fit, grad_of, record, register, tls
 

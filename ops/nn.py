@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, check_tensor, const, device_error, record, record_unary, register, tls
 from .activation import log_softmax
@@ -30,7 +30,7 @@ def _same_device(name: str, *ts: Any) -> None:
 def linear(x: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
     """``x @ weight.T + bias`` with ``weight`` of shape ``(out_features, in_features)``.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> ops.linear(engine.ones(2, 3), engine.ones(4, 3), engine.zeros(4)).shape
     (2, 4)
     """
@@ -166,7 +166,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding
     """2-D cross-correlation of ``x`` ``(N, C, H, W)`` (or ``(C, H, W)``) with ``weight``
     ``(O, C, kh, kw)``, plus ``bias`` ``(O,)``; ``stride``/``padding`` are ints or pairs.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> ops.conv2d(engine.ones(1, 2, 5, 5), engine.ones(3, 2, 3, 3), padding=1).shape
     (1, 3, 5, 5)
     """
@@ -203,7 +203,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
-    from engine.creation import random_array
+    from ..engine.creation import random_array
 
     keep = random_array("uniform", x.shape, "float64") >= p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
@@ -229,7 +229,7 @@ def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_i
     integer class indices ``target`` ``(N,)`` (``()``, ``(N, d1, ...)``), via log_softmax so
     huge logits stay finite. ``mean`` averages over the targets not equal to ``ignore_index``.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> loss = ops.cross_entropy(engine.tensor([[1e4, 0.0], [0.0, 1e4]]), engine.tensor([0, 0]))
     >>> loss.item()
     5000.0

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, broadcast_array, check_tensor, const, normalize_dim, normalize_dims, record, record_unary, register, tls
 
@@ -177,7 +177,7 @@ def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
     """The largest element (a 0-d tensor; ties share the gradient), or with ``dim`` a
     ``(values, indices)`` pair whose gradient goes to the returned index.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> values, indices = ops.max(engine.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
     >>> values.tolist(), indices.tolist()
     ([5.0, 7.0], [1, 0])
@@ -219,7 +219,7 @@ class LogsumexpBackward0(Node):
 def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """``log(sum(exp(x), dim))`` without overflow: the max is taken out first.
 
-    >>> import engine, ops
+    >>> from threadgrad import engine, ops
     >>> round(ops.logsumexp(engine.tensor([1000.0, 1000.0]), 0).item(), 3)
     1000.693
     """

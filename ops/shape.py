@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy
 
-from engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap
 
 from ._core import (Node, broadcast_array, cast, check_tensor, device_error, mark_view_node, normalize_dim,
                     normalize_dims, record, record_unary, register,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 from threads_util import run_threads
 
-import devices
-import engine
+from threadgrad import devices, engine
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
 CELL_CODE = re.compile(r"^`(.*)`$")
@@ -67,9 +66,12 @@ def parse(text: str) -> tuple[str, list[tuple[str, str, type, str]]]:
 
 
 def _dotted(name: str) -> type | None:
-    """An exception class of the project named by its module path, e.g. engine.checkpoint.CheckpointError."""
-    module, _, attr = name.rpartition(".")
-    return getattr(importlib.import_module(module), attr, None)
+    """An exception class of the project named as users reach it under threadgrad, e.g.
+    engine.CheckpointError."""
+    obj = importlib.import_module("threadgrad")
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
 
 SETUP, ROWS = parse(PAGE.read_text())

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-import engine  # noqa: E402
-import ops  # noqa: E402
+from threadgrad import engine  # noqa: E402
+from threadgrad import ops  # noqa: E402
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "digits.py"
 

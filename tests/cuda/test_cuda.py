@@ -14,10 +14,8 @@ import threading
 import numpy as np
 import pytest
 
-import devices
-import engine
-import ops
-from devices import cuda as cuda_mod
+from threadgrad import devices, engine, ops
+from threadgrad.devices import cuda as cuda_mod
 
 cupy = pytest.importorskip("cupy")
 if not devices.cuda_available():

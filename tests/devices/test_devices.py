@@ -8,9 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-import devices
-import engine
-import ops
+from threadgrad import devices, engine, ops
 
 # Several tests run backward through virtual devices, whose nodes run on engine worker threads.
 pytestmark = pytest.mark.timeout(60)

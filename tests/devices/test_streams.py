@@ -19,11 +19,10 @@ import types
 import numpy as np
 import pytest
 
-import devices
-import devices.cuda as cuda_mod
-import engine
-import ops
-from devices.cuda import CudaDevice
+from threadgrad import devices
+from threadgrad.devices import cuda as cuda_mod
+from threadgrad import engine, ops
+from threadgrad.devices.cuda import CudaDevice
 from fake_cupy import FakeCupy
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -786,7 +785,7 @@ def test_the_fake_device_does_not_leak(cupy_importable):
 def test_a_device_worker_that_cannot_start_fails_the_backward_instead_of_hanging():
     import numpy
 
-    from devices.cuda import CudaDevice
+    from threadgrad.devices.cuda import CudaDevice
 
     class BrokenApi:
         class Device:
@@ -825,7 +824,7 @@ def test_a_device_worker_that_cannot_start_fails_the_backward_instead_of_hanging
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_child_forked_after_gpu_use_refuses_cuda_and_still_runs_cpu_backward(cuda):
-    import ops
+    from threadgrad import ops
     from fork_util import run_in_fork
 
     class NotForkSafe(CudaDevice):  # stands for a GPU of the real cupy, which a child cannot use

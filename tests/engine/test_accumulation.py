@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import engine
-from engine.tensor import _is_owned_probe
+from threadgrad import engine
+from threadgrad.engine.tensor import _is_owned_probe
 
 
 def test_private_buffers_are_summed_in_place_and_private_gradients_adopted():

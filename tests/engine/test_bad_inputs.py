@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-import engine
+from threadgrad import engine
 
 
 def test_backward_on_tensor_not_requiring_grad():

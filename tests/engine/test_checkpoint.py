@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def _random_mask_layer(w: engine.Tensor):
@@ -94,7 +94,7 @@ def test_non_reentrant_supports_second_order_through_parameters():
 @pytest.mark.timeout(30)
 def test_reentrant_refuses_grad_and_inputs_with_pytorch_message():
     x, w1, _ = _make()
-    y = engine.checkpoint(lambda a: ops.tanh(a @ w1), x).sum()
+    y = engine.checkpoint(lambda a: ops.tanh(a @ w1), x, use_reentrant=True).sum()
     with pytest.raises(RuntimeError, match="Checkpointing is not compatible with .grad"):
         engine.grad(y, x, retain_graph=True)
     with pytest.raises(RuntimeError, match="when an `inputs` parameter is passed to .backward"):
@@ -170,3 +170,28 @@ def test_checkpoint_from_several_threads_at_once():
         t.join()
     assert errors == []
     np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-10)
+
+
+def test_use_reentrant_not_passed_warns_and_runs_reentrant():
+    """torch 2.13's checkpoint: without use_reentrant it warns (UserWarning) that the argument
+    should be passed explicitly and uses the reentrant variant, which refuses grad()."""
+    x, w1, _ = _make()
+    with pytest.warns(UserWarning, match="the use_reentrant parameter should be passed explicitly. "
+                                         "use_reentrant=False is recommended"):
+        y = engine.checkpoint(lambda a: ops.tanh(a @ w1), x).sum()
+    assert y.grad_fn.next_functions[0][0].name() == "_CheckpointFunctionBackward"
+    with pytest.raises(RuntimeError, match="Checkpointing is not compatible with .grad"):
+        engine.grad(y, x)
+    with pytest.warns(UserWarning, match="checkpoint_sequential: the use_reentrant parameter should be passed"):
+        z = engine.checkpoint_sequential([ops.tanh, ops.exp], 2, x)
+    with pytest.raises(RuntimeError, match="Checkpointing is not compatible with .grad"):
+        engine.grad(z.sum(), x)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_use_reentrant_passed_does_not_warn(use_reentrant):
+    x, w1, _ = _make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.checkpoint(lambda a: ops.tanh(a @ w1), x, use_reentrant=use_reentrant).sum().backward()
+        engine.checkpoint_sequential([ops.tanh, ops.exp], 2, x, use_reentrant=use_reentrant).sum().backward()

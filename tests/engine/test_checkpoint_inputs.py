@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine.checkpoint import CheckpointError
+from threadgrad import engine, ops
+from threadgrad.engine.checkpoint import CheckpointError
 
 MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
 X = np.array([0.5, 1.0, 1.5])

@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import devices
-import engine
+from threadgrad import devices, engine
 
 
 def arr(t: engine.Tensor) -> np.ndarray:

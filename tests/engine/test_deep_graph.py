@@ -8,8 +8,7 @@ import weakref
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 N = 100_000
 

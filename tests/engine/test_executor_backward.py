@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def arr(t):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine.tensor import grad_accumulator
+from threadgrad import engine, ops
+from threadgrad.engine.tensor import grad_accumulator
 
 
 def test_grad_returns_tuple_and_leaves_dot_grad_alone():
@@ -256,10 +255,10 @@ def test_grad_marks_a_node_needed_through_an_already_visited_successor(order: st
 
 def _walks(outputs, inputs, accumulate):
     """(fast walk taken?, its dependencies and exec_info) and the post-order walk's, for one call."""
-    from engine.autograd import _compute_dependencies_and_needed, _post_order_walk
-    from engine.executor import GraphTask
-    from engine.graph import GraphRoot
-    from engine.tensor import gradient_edge
+    from threadgrad.engine.autograd import _compute_dependencies_and_needed, _post_order_walk
+    from threadgrad.engine.executor import GraphTask
+    from threadgrad.engine.graph import GraphRoot
+    from threadgrad.engine.tensor import gradient_edge
 
     results = []
     for walk in (_compute_dependencies_and_needed, _post_order_walk):

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 class Square(engine.Function):

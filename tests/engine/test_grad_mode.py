@@ -6,8 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def leaf():
@@ -295,7 +294,7 @@ def test_backward_inside_no_grad_works_and_keeps_caller_mode():
 # --- the process-wide record of threads with grad mode off (Note [Grad mode fast path]) ---
 
 def test_grad_off_threads_holds_exactly_the_threads_with_grad_mode_off_now():
-    from engine._state import grad_off_threads
+    from threadgrad.engine._state import grad_off_threads
     me = threading.get_ident()
     assert me not in grad_off_threads
     with engine.no_grad():
@@ -319,7 +318,7 @@ def test_grad_off_threads_holds_exactly_the_threads_with_grad_mode_off_now():
 @pytest.mark.timeout(60)
 def test_a_thread_that_ends_with_grad_mode_off_leaves_no_entry_behind():
     # Otherwise every op of every other thread reads the thread-local for the rest of the process.
-    from engine._state import grad_off_threads
+    from threadgrad.engine._state import grad_off_threads
     idents = []
 
     def worker():
@@ -355,7 +354,7 @@ def test_ops_on_a_thread_with_grad_on_record_while_another_thread_has_it_off():
     t.start()
     try:
         assert inside.wait(30)
-        from engine._state import grad_off_threads
+        from threadgrad.engine._state import grad_off_threads
         assert grad_off_threads  # the worker's entry
         seen["main"] = [ops.tanh(x).grad_fn.name(), (x * 2).grad_fn.name()]
         with engine.no_grad():
@@ -368,7 +367,7 @@ def test_ops_on_a_thread_with_grad_on_record_while_another_thread_has_it_off():
 
 
 def test_backward_leaves_no_thread_marked_grad_off_on_the_caller():
-    from engine._state import grad_off_threads
+    from threadgrad.engine._state import grad_off_threads
     x = leaf()
     (x * x).sum().backward()
     assert threading.get_ident() not in grad_off_threads
@@ -387,7 +386,7 @@ def test_set_grad_enabled_takes_only_a_bool_as_torch_does():
 def test_grad_off_threads_is_never_empty_while_this_threads_flag_is_off(monkeypatch):
     # A signal handler can run ops between the descriptor's two steps, so the ident must go in
     # before the flag goes off and come out after it is back on.
-    import engine._state as state
+    from threadgrad.engine import _state as state
     seen = []
 
     class Watch(set):
@@ -409,7 +408,7 @@ def test_grad_off_threads_is_never_empty_while_this_threads_flag_is_off(monkeypa
 def test_an_idle_device_worker_turns_grad_mode_back_on():
     # Its task's install turned grad mode off (create_graph=False); once idle, the worker must
     # leave grad_off_threads, or every op in the process reads the thread-local from then on.
-    from engine._state import grad_off_threads
+    from threadgrad.engine._state import grad_off_threads
     x = engine.ones(3, device="virtual:1", requires_grad=True)
     seen = []
     y = x * 2

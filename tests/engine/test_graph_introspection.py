@@ -6,8 +6,7 @@ import weakref
 
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def leaf(*vals):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def test_a_tensor_hook_on_a_leaf_keeps_the_node_hooks_of_its_accumulate_grad():

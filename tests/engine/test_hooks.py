@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import engine
+from threadgrad import engine
 
 
 # --- tensor hooks -------------------------------------------------------------------------

@@ -2,12 +2,11 @@
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine._record import OUTPUT, binary_result, record, record_binary, record_unary, unary_result
-from engine.graph import SavedOutput, SavedHooked
-from engine.tensor import _wrap
-from ops.elementwise import MulBackward0, TanhBackward0
+from threadgrad import engine, ops
+from threadgrad.engine._record import OUTPUT, binary_result, record, record_binary, record_unary, unary_result
+from threadgrad.engine.graph import SavedOutput, SavedHooked
+from threadgrad.engine.tensor import _wrap
+from threadgrad.ops.elementwise import MulBackward0, TanhBackward0
 
 
 def _leaf():

@@ -7,8 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 class SquareViaInnerGrad(engine.Function):

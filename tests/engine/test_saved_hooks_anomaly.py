@@ -6,8 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def test_pack_and_unpack_see_every_saved_tensor():
@@ -149,8 +148,9 @@ def test_features_first_switched_on_in_a_fresh_process_take_effect() -> None:
     import textwrap
 
     script = textwrap.dedent("""
-        import threading, engine, ops
-        from engine._state import used
+        import threading
+        from threadgrad import engine, ops
+        from threadgrad.engine._state import used
         x = engine.tensor([0.5], requires_grad=True)
         ops.tanh(x)  # recorded with both flags unset
         assert not used.anomaly and not used.saved_hooks
@@ -186,8 +186,9 @@ def test_backward_state_in_a_fresh_process_before_and_after_features_are_first_u
     import textwrap
 
     script = textwrap.dedent("""
-        import sys, engine, engine.anomaly, ops
-        from engine._state import used
+        import sys
+        from threadgrad import engine, ops
+        from threadgrad.engine._state import used
 
         seen = []
 

@@ -11,8 +11,7 @@ import re
 
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def bump(t: engine.Tensor, times: int = 1) -> None:

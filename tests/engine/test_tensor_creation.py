@@ -4,9 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import devices
-import engine
-import ops
+from threadgrad import devices, engine, ops
 
 
 def arr(t: engine.Tensor) -> np.ndarray:

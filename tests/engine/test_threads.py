@@ -8,9 +8,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-import devices
-import engine
-import ops
+from threadgrad import devices, engine, ops
 
 
 def engine_threads():
@@ -450,7 +448,7 @@ def test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes() -> N
     """Note [Shared tasks]: a backward whose nodes all run on the caller routes without the
     GraphTask lock; the first hand-off to a device worker makes it shared (locked) for good,
     and the gradients are the same either way."""
-    from engine._state import tls
+    from threadgrad.engine._state import tls
 
     seen = []
     x = engine.tensor([1.0, 2.0], requires_grad=True)
@@ -479,7 +477,7 @@ def test_an_error_while_routing_on_a_worker_is_raised_even_if_another_thread_fin
     backward returned normally with x's gradient missing."""
     import time
 
-    import engine.executor as ex
+    from threadgrad.engine import executor as ex
 
     def on_worker() -> bool:
         return threading.current_thread().name.startswith("threadgrad-virtual")

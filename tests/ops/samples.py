@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import engine
+from threadgrad import engine
 
 _rng = np.random.default_rng(1234)
 

@@ -9,9 +9,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine.gradcheck import gradgradcheck
+from threadgrad import engine, ops
+from threadgrad.engine.gradcheck import gradgradcheck
 
 
 def _x() -> engine.Tensor:

@@ -5,10 +5,9 @@ import warnings
 
 import pytest
 
-import engine
-import ops
-from engine.gradcheck import gradcheck, gradgradcheck
-from ops import activation
+from threadgrad import engine, ops
+from threadgrad.engine.gradcheck import gradcheck, gradgradcheck
+from threadgrad.ops import activation
 
 
 def f64(*vals: float) -> engine.Tensor:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine.gradcheck import gradcheck, gradgradcheck
+from threadgrad import engine, ops
+from threadgrad.engine.gradcheck import gradcheck, gradgradcheck
 
 VIEWS = ("slice", "int", "transpose", "reshape", "strided", "none", "whole")
 WRITES = ("mul_", "add_", "div_", "copy_", "setitem")

@@ -7,8 +7,7 @@ import time
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 from samples import _np_conv2d
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pathlib
 
-import ops
+from threadgrad import ops
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 

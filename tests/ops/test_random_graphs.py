@@ -8,9 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine
-import ops
-from engine.gradcheck import gradcheck, gradgradcheck
+from threadgrad import engine, ops
+from threadgrad.engine.gradcheck import gradcheck, gradgradcheck
 
 # Smooth ops only (no kinks), each safe on any real input, so finite differences are exact enough.
 UNARY = {

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 
 def test_max_without_dim_shares_ties_equally() -> None:

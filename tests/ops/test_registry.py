@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import engine
-import ops
-from engine.gradcheck import gradcheck, gradgradcheck
+from threadgrad import engine, ops
+from threadgrad.engine.gradcheck import gradcheck, gradgradcheck
 from samples import SAMPLES, Sample
 
 
@@ -95,7 +94,7 @@ def test_float32_stays_float32(name: str, i: int) -> None:
 def test_on_virtual_device(name: str) -> None:
     """The first sample, on ``virtual:1``: outputs and gradients stay on that device."""
     s = SAMPLES[name]()[0]
-    dev = engine.devices_get = __import__("devices").get("virtual:1")
+    dev = engine.devices_get = __import__("threadgrad").devices.get("virtual:1")
     ts = tuple(engine.tensor(x.detach().numpy(), device=dev, requires_grad=x.requires_grad) for x in s.tensors)
     out = _outputs(s.run(ops.REGISTRY[name], *ts))
     expected_dev = dev

@@ -11,9 +11,7 @@ from typing import Any
 
 import numpy as np
 
-import devices
-import engine
-import ops
+from threadgrad import devices, engine, ops
 from threads_util import run_threads  # noqa: F401 - re-exported for the stress tests
 
 DEVICES = ("cpu", "virtual:1", "virtual:2")

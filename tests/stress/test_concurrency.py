@@ -17,8 +17,7 @@ import time
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 from stress_helpers import DEVICES, assert_engine_usable, f64, run_threads
 
 THREADS = 16

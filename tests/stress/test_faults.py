@@ -20,9 +20,7 @@ import threading
 import numpy as np
 import pytest
 
-import devices
-import engine
-import ops
+from threadgrad import devices, engine, ops
 from stress_helpers import DEVICES, assert_engine_usable, device_workers_alive, f64, run_threads
 
 STAGES = 6  # a chain x -> s0 -> ... -> s5 -> sum; d(sum)/dx = 2**STAGES

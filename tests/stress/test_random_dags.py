@@ -26,8 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine
-import ops
+from threadgrad import engine, ops
 
 SHAPE = (3, 3)
 DEVICE_CHOICES = ("cpu", "virtual:1", "virtual:2", "virtual:3")

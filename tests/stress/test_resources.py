@@ -22,8 +22,7 @@ import weakref
 import numpy as np
 import pytest
 
-import engine
-import ops
+from threadgrad import engine, ops
 from fork_util import run_in_fork
 from stress_helpers import DEVICES, assert_engine_usable, f64, run_threads
 
@@ -356,7 +355,7 @@ def test_a_queue_refuses_work_once_its_worker_has_taken_the_shutdown_task(monkey
     shutdown task (and be drained) or be refused (and retried on a new worker). A push
     accepted after the worker popped its shutdown task is never served: the backward
     that made it would wait forever. Here the worker is paused right after popping it."""
-    from engine import executor
+    from threadgrad.engine import executor
 
     eng = engine.get_engine()
     dev = "virtual:7"  # a device no other test uses
@@ -390,7 +389,7 @@ def test_a_queue_refuses_work_once_its_worker_has_taken_the_shutdown_task(monkey
 
 
 def devices_get(spec: str):
-    import devices
+    from threadgrad import devices
 
     return devices.get(spec)
 
