@@ -295,23 +295,16 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     """
     outputs = _as_tuple(tensors, "tensors")
     inp = None if inputs is None else _inputs_tuple(inputs, "'inputs' argument to backward() cannot be empty.")
+    if inp is not None:
+        # As torch's run_backward: a non-leaf input's gradient reaches its .grad through its
+        # retains_grad hook, run once where it is captured (a no-op on leaves, whose
+        # AccumulateGrad runs). Accumulating the capture as well counted it twice with an
+        # earlier retain_grad(). Like torch, the tensor keeps retains_grad afterwards.
+        for t in inp:
+            t.retain_grad()
     grads = _make_grads(outputs, grad_tensors, create_graph, "grad_tensors")
     keep = create_graph if retain_graph is None else bool(retain_graph)
-    gt = _run_backward(outputs, grads, keep, create_graph, inp, accumulate=True)
-    captured = _result(gt)
-    if inp is not None and captured is not None:
-        # Non-leaf inputs of backward(inputs=...) get their gradient in .grad, as in PyTorch.
-        from .tensor import accumulate_into, nonleaf_grad_lock
-
-        for t, g in zip(inp, captured):
-            if g is not None and t.grad_fn is not None:
-                prev = tls.grad_enabled
-                tls.grad_enabled = create_graph
-                try:
-                    with nonleaf_grad_lock:
-                        accumulate_into(t, g, copy=True)
-                finally:
-                    tls.grad_enabled = prev
+    _result(_run_backward(outputs, grads, keep, create_graph, inp, accumulate=True))
 
 
 def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = None,

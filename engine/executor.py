@@ -116,8 +116,8 @@ from typing import Any, Callable
 from .. import devices
 
 from ._state import tls, used
-from .graph import GraphRoot, Node
-from .tensor import add_into_owned
+from .graph import AccumulateGrad, GraphRoot, Node
+from .tensor import disown, engine_sum
 
 _cpu = devices.cpu
 _next_tie = itertools.count().__next__
@@ -193,7 +193,7 @@ class GraphTask:
         "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
         "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
         "owner_queue", "error", "done", "final_callbacks", "lock",
-        "uses_streams", "caller_streams", "leaf_streams", "hooks_ran", "shared", "__weakref__",
+        "uses_streams", "caller_streams", "leaf_streams", "shared", "__weakref__",
     )
 
     def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
@@ -227,9 +227,6 @@ class GraphTask:
         self.uses_streams = devices.streams_in_use
         self.caller_streams = _current_streams() if self.uses_streams else None
         self.leaf_streams: list = []
-        # Set once any hook has seen a gradient of this task: a hook may have kept it, so
-        # leaves must copy rather than adopt incoming gradients (see accumulate_into).
-        self.hooks_ran = False
 
 
 def _current_streams() -> dict:
@@ -626,8 +623,8 @@ class Engine:
         return nxt
 
     def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
-        if fn._hooks is not None:
-            gt.hooks_ran = True  # a hook may keep a gradient: leaves must not adopt them
+        if fn._hooks is not None and type(fn) is AccumulateGrad:
+            inputs = disown(inputs)  # its hooks see them: See Note [Gradient ownership] (tensor.py)
         if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
             dev, stream = fn.stream
             with dev.stream_context(stream):  # hooks run on the node's stream too, as in PyTorch
@@ -665,9 +662,9 @@ class Engine:
         caps = gt.captures.get(fn)  # type: ignore[union-attr]
         if caps is None:
             return self._call_function(gt, fn, inputs, True) if needed else None
+        if type(fn) is AccumulateGrad:
+            inputs = disown(inputs)  # hooks and grad()'s caller see them: Note [Gradient ownership]
         hooks = fn._hooks
-        if hooks is not None:
-            gt.hooks_ran = True
         if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
             dev, stream = fn.stream
             if hooks is not None:
@@ -793,17 +790,21 @@ def _sync_streams(producer: Node, consumer: Node, g: Any) -> None:
 
 
 def _buffer_add(buf: list, i: int, g: Any, consumer: Node, streams: bool) -> None:
-    """Add gradient ``g`` into slot ``i`` of ``consumer``'s input buffer: adopt it if the slot
-    is empty, else sum in place when the slot's tensor is private, else out of place (the
-    sum is recorded under create_graph). With streams the sum runs on the consumer's stream."""
-    if buf[i] is None:
+    """Add gradient ``g`` into slot ``i`` of ``consumer``'s input buffer: take it if the slot
+    is empty, else sum. An AccumulateGrad's slot holds a sum the engine owns, summed into in
+    place (Note [Gradient ownership] in tensor.py); other sums are out of place (recorded under
+    create_graph). With streams the sum runs on the consumer's stream."""
+    old = buf[i]
+    if old is None:
         buf[i] = g
     elif streams and consumer.stream is not None:  # See Note [Streams]
         dev, stream = consumer.stream
         with dev.stream_context(stream):
-            buf[i] = buf[i] + g
-    elif not add_into_owned(buf, i, g):
-        buf[i] = buf[i] + g
+            buf[i] = old + g
+    elif type(consumer) is AccumulateGrad and not tls.grad_enabled:
+        buf[i] = engine_sum(old, g, consumer)
+    else:
+        buf[i] = old + g
 
 
 def _sync_caller_streams(gt: GraphTask) -> None:

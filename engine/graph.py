@@ -36,6 +36,7 @@ NO_EDGE = (None, 0)
 # A function-level import on the unpack path cost 0.85 us per call (measured).
 _wrap: Any = None
 accumulate_into: Any = None
+EngineSum: Any = None
 _Tensor: Any = None
 
 
@@ -433,10 +434,11 @@ class AccumulateGrad(Node):
         g = grads[0]
         if g is not None:
             var = self.variable
-            gt = tls.current_task
-            copy = gt is not None and gt.hooks_ran  # a hook may have kept g: never adopt it
+            owned = type(g) is EngineSum and g.owner is self  # See Note [Gradient ownership] (tensor.py)
+            if owned:
+                g.owner = None
             with self._lock:
-                accumulate_into(var, g, copy)
+                accumulate_into(var, g, owned)
             ext = var._ext
             if ext is not None and ext.post_acc:
                 for fn in list(ext.post_acc.values()):

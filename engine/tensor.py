@@ -12,7 +12,6 @@ defined once, in ops/ (see ops/_methods.py).
 """
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -25,7 +24,6 @@ from ._state import tls
 from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook, share_tensor_hooks
 
 _cpu = devices.cpu
-_getrefcount = sys.getrefcount
 
 
 class _TensorExt:
@@ -193,7 +191,7 @@ class Tensor:
             t = ref()
             if t is not None:
                 with nonleaf_grad_lock:  # concurrent backward calls may reach t at once
-                    accumulate_into(t, grad, copy=True)
+                    accumulate_into(t, grad)
 
         self.grad_fn._hooks_obj().retains_grad[self._output_nr] = retain
 
@@ -375,23 +373,14 @@ def gradient_edge(t: Tensor) -> tuple:
     return (None, 0)
 
 
-def _array_refs(t: Tensor) -> int:
-    return _getrefcount(t.data)
+def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
+    """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock, or nonleaf_grad_lock).
 
-
-# References to an array held by exactly one Tensor and nothing else, as counted by
-# _array_refs (measured, not assumed, so interpreter changes to refcounting cannot fool it).
-_OWNED_REFS = _array_refs(_wrap(numpy.empty(1), _cpu))
-
-
-def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
-    """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock).
-
-    Under grad mode (create_graph) the first gradient is copied and the sums are out of
-    place, both recorded in the graph (torch's clone). Otherwise the first
-    gradient is adopted without a copy when no other Tensor shares its array (PyTorch's
-    "steal" rule, checked by reference count) and copied otherwise; later gradients are
-    added in place, so ``.grad`` keeps its identity across backward calls.
+    Under grad mode (create_graph) the first gradient is copied and the sums are out of place,
+    both recorded in the graph (torch's clone). Otherwise the first gradient's array is adopted
+    only when ``owned`` says nothing else can read it (Note [Gradient ownership]) and copied
+    otherwise; later gradients are added in place, so ``.grad`` keeps its identity across
+    backward calls.
     """
     old = var._grad
     if tls.grad_enabled:
@@ -400,9 +389,7 @@ def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
         var._grad = g.clone() if old is None else old + g
         return
     if old is None:
-        # Count references before binding the array to a local (a local adds one).
-        shared = copy or _array_refs(g) > _OWNED_REFS or g.data.base is not None
-        var._grad = _wrap(g.data.copy() if shared else g.data, g.device)
+        var._grad = _wrap(g.data if owned else g.data.copy(), g.device)
     elif old._rg or old.shape != g.shape or old.dtype != g.dtype:
         var._grad = (old + g).detach()
     else:
@@ -410,55 +397,67 @@ def accumulate_into(var: Tensor, g: Tensor, copy: bool = False) -> None:
         old._vc[0] += 1
 
 
-def add_into_owned(buf: list, i: int, g: Tensor) -> bool:
-    """``buf[i] += g`` in place when nothing else can see ``buf[i]``; False if it must not.
-
-    Safe only when no graph is being recorded (grad mode off), ``buf[i]`` is a plain
-    gradient whose array it owns, and neither the Tensor object nor its array is
-    referenced anywhere but this buffer (reference counts, measured below). Saves an
-    allocation per extra gradient meeting in a buffer (0.75 -> 0.24 us on small arrays).
-    """
-    old = buf[i]
-    if _array_refs(old) > _OWNED_REFS:  # before binding the array to a local (a local adds one)
-        return False
-    d = old.data
-    if (old._rg or tls.grad_enabled or d.base is not None or d.shape != g.data.shape or d.dtype != g.data.dtype
-            or _getrefcount(old) > _BUF_REFS):
-        return False
-    old.device.xp.add(d, g.data, out=d)
-    return True
-
-
-def _buf_refs(buf: list, i: int) -> int:
-    old = buf[i]
-    d = old.data  # noqa: F841 - mirrors add_into_owned's locals exactly
-    return _getrefcount(old)
-
-
-def _is_owned_probe() -> tuple:
-    """For tests: (does add_into_owned accept a private buffer?, does accumulate_into adopt
-    a private gradient without copying?)."""
-    prev = tls.grad_enabled
-    tls.grad_enabled = False  # as in a backward without create_graph
-    try:
-        buf = [_wrap(numpy.zeros(2), _cpu)]
-        first = id(buf[0].data)
-        added = add_into_owned(buf, 0, _wrap(numpy.ones(2), _cpu))
-        var = _wrap(numpy.zeros(2), _cpu)
-        g = _wrap(numpy.ones(2), _cpu)
-        arr_id = id(g.data)
-        accumulate_into(var, g)
-        return added and id(buf[0].data) == first, id(var._grad.data) == arr_id
-    finally:
-        tls.grad_enabled = prev
+# Note [Gradient ownership]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# A gradient's array may be written in place (adopted as a leaf's .grad, which the next
+# backward adds into; or summed into by the next gradient for the same input slot) only when
+# nothing else can still read it. A node's output cannot promise that: AddBackward0 hands one
+# Tensor to both of its inputs, a view's backward returns a view of its incoming gradient, a
+# custom Function or a hook may have kept what it returns, and the caller keeps its root
+# gradient. Reference counts cannot see all of that either (two input buffers holding the
+# same Tensor object leave its array's count at one). So ownership is stated, not inferred:
+#
+# * The only gradients the engine owns are the sums it makes itself for an AccumulateGrad's
+#   input slot (executor.py's _buffer_add): a fresh array from xp.add, in an EngineSum whose
+#   ``owner`` names that AccumulateGrad. Until the node runs, only that buffer slot holds it
+#   (buffers are private to their GraphTask).
+# * A later gradient for the slot is added into it in place; AccumulateGrad.apply adopts its
+#   array as .grad, without a copy, only if ``owner is self`` (and clears the mark).
+# * Before any user code can see an AccumulateGrad's inputs (its hooks, grad()'s capture), the
+#   executor replaces each EngineSum by a plain Tensor (disown), so no marked object ever
+#   escapes: an escaped array can never come back as owned.
+# * Every other first gradient is copied into .grad; other buffers sum out of place.
+#
+# The copy costs one memcpy per leaf whose .grad is None and whose gradient arrives along a
+# single edge (benchmarks/run_all.py's mlp workload measures it; docs/performance.md).
 
 
-# References to a Tensor held only by one buffer slot, as counted inside add_into_owned.
-_BUF_REFS = _buf_refs([_wrap(numpy.empty(1), _cpu)], 0)
+class EngineSum(Tensor):
+    """A gradient sum the executor made for one AccumulateGrad's input slot, which it alone
+    holds. See Note [Gradient ownership]."""
+
+    __slots__ = ("owner",)
+
+
+def engine_sum(old: Tensor, g: Tensor, owner: Any) -> Tensor:
+    """``old + g`` for ``owner``'s input slot (grad mode off): in place when ``old`` is already
+    the slot's EngineSum, else a new EngineSum; a plain out-of-place sum when the operands'
+    shapes, dtypes or devices differ (then torch's promotion applies). Note [Gradient ownership]."""
+    a, b = old.data, g.data
+    if a.shape != b.shape or a.dtype != b.dtype or old.device is not g.device:
+        return old + g
+    if type(old) is EngineSum and old.owner is owner:
+        old.device.xp.add(a, b, out=a)
+        return old
+    t = EngineSum(old.device.xp.add(a, b), old.device)
+    t.owner = owner
+    return t
+
+
+def disown(inputs: list) -> list:
+    """Replace each EngineSum in an AccumulateGrad's inputs by a plain Tensor over the same
+    array, before user code sees them. Note [Gradient ownership]."""
+    for k, g in enumerate(inputs):
+        if type(g) is EngineSum:
+            g.owner = None
+            inputs[k] = _wrap(g.data, g.device)
+    return inputs
+
 
 from . import graph as _graph  # noqa: E402
 from . import autograd as _autograd  # noqa: E402 - imports this module: read at call time only
 
 _graph._wrap = _wrap
 _graph.accumulate_into = accumulate_into
+_graph.EngineSum = EngineSum
 _graph._Tensor = Tensor

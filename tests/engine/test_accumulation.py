@@ -3,12 +3,66 @@ from __future__ import annotations
 
 import numpy as np
 
-from threadgrad import engine
-from threadgrad.engine.tensor import _is_owned_probe
+from threadgrad import engine, ops
+from threadgrad.engine import executor as executor_mod
+from threadgrad.engine.tensor import EngineSum
 
 
-def test_private_buffers_are_summed_in_place_and_private_gradients_adopted():
-    assert _is_owned_probe() == (True, True)
+def test_an_engine_sum_is_adopted_and_summed_into_in_place(monkeypatch):
+    """Note [Gradient ownership]: the sum the executor makes for a leaf's slot is adopted as
+    .grad without a copy, and later gradients for the slot go into it in place."""
+    made = []
+
+    def spy(old, g, owner):
+        out = executor_mod.engine_sum.__wrapped__(old, g, owner)
+        made.append(out)
+        return out
+
+    spy.__wrapped__ = executor_mod.engine_sum
+    monkeypatch.setattr(executor_mod, "engine_sum", spy)
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    (x * 2.0 + x * 3.0 + x * 4.0).sum().backward()
+    assert x.grad.tolist() == [9.0, 9.0]
+    assert len(made) == 2 and made[0] is made[1] and type(made[0]) is EngineSum  # one sum, then in place
+    assert x.grad.data is made[0].data and type(x.grad) is engine.Tensor  # adopted, not copied
+    assert made[0].owner is None  # the mark is cleared once taken
+
+
+def test_a_single_gradient_is_copied_never_adopted():
+    """A leaf's only gradient comes straight from a node's output, which the node may still
+    hold (or hand to another edge): it is copied."""
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    kept = []
+
+    class Keep(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            out = g * 1.0
+            kept.append(out)
+            return out
+
+    Keep.apply(x).sum().backward()
+    assert not np.shares_memory(x.grad.data, kept[0].data)
+    x.grad.mul_(0.0)
+    assert kept[0].tolist() == [1.0, 1.0]
+
+
+def test_no_engine_sum_reaches_user_code():
+    """Hooks of a leaf and grad()'s caller get plain Tensors, never the engine's marked sums."""
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    types = []
+    x.register_hook(lambda g: types.append(type(g)))
+    y = (x * 2.0 + x * 3.0).sum()
+    (g,) = engine.grad(y, x, retain_graph=True)
+    assert type(g) is engine.Tensor and g.tolist() == [5.0, 5.0]
+    y.backward()
+    assert types == [engine.Tensor, engine.Tensor] and x.grad.tolist() == [5.0, 5.0]
+    assert type(x.grad) is engine.Tensor
+    assert EngineSum.__mro__[1] is engine.Tensor
 
 
 def test_two_leaves_fed_the_same_gradient_do_not_share_memory():
