@@ -10,6 +10,7 @@ import ast
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -132,9 +133,15 @@ def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
     """The built wheel has one top-level package; installed beside another distribution's
     ``ops`` (a stand-in here: PyPI's ``ops`` is Canonical's charm library), threadgrad still
     runs, ``import engine`` fails and ``import ops`` gives the other one."""
+    src = tmp_path / "src"  # a copy: an in-tree build would leave (and reuse) build/ in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for part in ("threadgrad",) + PARTS:
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=240)
+                            "-w", str(wheels), str(src)], capture_output=True, text=True, timeout=240)
     assert build.returncode == 0, build.stderr
     (wheel,) = wheels.glob("threadgrad-*.whl")
     with zipfile.ZipFile(wheel) as zf:
