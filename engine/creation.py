@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import numpy
 
+from ._state import tls
 from .tensor import Tensor, _wrap, to_device, to_dtype
 
 _DEFAULT_FLOAT = numpy.dtype(numpy.float32)
@@ -316,16 +317,6 @@ _rng = numpy.random.Generator(numpy.random.PCG64(0))
 # that it hands to threads of its own come from the global generator.
 
 
-class _RngLocal(threading.local):
-    # The source this thread's draws go to instead of the global generator (a DrawRecorder or
-    # DrawReplay), or None. Set and restored by record_draws / replay_draws around a
-    # checkpointed function, on the thread that runs it. See Note [Checkpointed random draws].
-    source: Any = None
-
-
-_rng_local = _RngLocal()
-
-
 def _draw(gen: numpy.random.Generator, kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
     if kind == "uniform":
         return gen.random(shape, dtype=numpy.float64).astype(dtype, copy=False)
@@ -436,46 +427,46 @@ def _seed(source: Any, seed: int) -> None:
 def record_draws() -> Iterator[DrawRecorder]:
     """Note the state of every draw this thread makes inside the block; ``.record()`` on the
     yielded recorder gives them back. See Note [Checkpointed random draws]."""
-    prev = _rng_local.source
+    prev = tls.rng_source
     recorder = DrawRecorder(prev)
-    _rng_local.source = recorder
+    tls.rng_source = recorder
     try:
         yield recorder
     finally:
-        _rng_local.source = prev
+        tls.rng_source = prev
 
 
 @contextmanager
 def replay_draws(record: DrawRecord) -> Iterator[None]:
     """Inside the block, this thread's draws replay ``record`` and leave every other
     generator alone. See Note [Checkpointed random draws]."""
-    prev = _rng_local.source
-    _rng_local.source = DrawReplay(record)
+    prev = tls.rng_source
+    tls.rng_source = DrawReplay(record)
     try:
         yield
     finally:
-        _rng_local.source = prev
+        tls.rng_source = prev
 
 
 def manual_seed(seed: int) -> None:
     """Seed the generator behind rand, randn and dropout."""
-    _seed(_rng_local.source, seed)
+    _seed(tls.rng_source, seed)
 
 
 def get_rng_state() -> dict:
     """A snapshot of the generator, for :func:`set_rng_state`."""
-    return _get_state(_rng_local.source)
+    return _get_state(tls.rng_source)
 
 
 def set_rng_state(state: dict) -> None:
     """Put the generator back to a state :func:`get_rng_state` returned."""
-    _set_state(_rng_local.source, state)
+    _set_state(tls.rng_source, state)
 
 
 def random_array(kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
     """Draw ``uniform`` / ``normal`` host samples of ``shape`` from the seeded generator (or,
     inside a checkpointed function, through its recorder or replay)."""
-    source = _rng_local.source
+    source = tls.rng_source
     if source is not None:
         return source.draw(kind, shape, dtype)[1]
     with _rng_lock:
