@@ -100,6 +100,11 @@ class _ThreadState(threading.local):
     own_queue: object = None
     # True on engine-owned threads (device workers and pool threads).
     is_worker: bool = False
+    # Where this thread's random draws go instead of the global generator: a DrawRecorder or
+    # DrawReplay, set and restored by engine/creation.py's record_draws / replay_draws around
+    # a checkpointed function, on the thread that runs it. Never captured or installed by the
+    # executor. See Note [Checkpointed random draws] in creation.py.
+    rng_source: object = None
 
 
 tls = _ThreadState()

@@ -12,6 +12,8 @@ import contextlib
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
 
+import numpy
+
 from .. import devices
 
 from ._state import tls
@@ -44,6 +46,15 @@ def _inputs_tuple(inputs: Any, message: str) -> tuple:
         if not t._rg:
             raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
     return inp
+
+
+def _complex_mismatch(i: int, grad_dtype: Any, out_dtype: Any) -> RuntimeError:
+    """torch's error for a complex gradient of a real output, or a real one of a complex output
+    (a cast would drop the imaginary part, or invent a zero one)."""
+    return RuntimeError(
+        "For complex Tensors, both grad_output and output are required to have the same dtype. "
+        f"Mismatch in dtype: grad_output[{i}] has a dtype of {grad_dtype} and output[{i}] has a dtype of {out_dtype}."
+    )
 
 
 def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> list:
@@ -79,6 +90,8 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
                 result.append(_wrap(one, out.device))
             continue
         if not isinstance(g, Tensor):
+            if numpy.iscomplexobj(g) != (out.dtype.kind == "c"):  # before the cast drops an imaginary part
+                raise _complex_mismatch(i, getattr(g, "dtype", None) or numpy.asarray(g).dtype, out.dtype)
             g = Tensor(out.device.xp.asarray(g, dtype=out.dtype), out.device)
         if g.shape != out.shape:
             raise RuntimeError(
@@ -87,6 +100,8 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
         if g.device is not out.device:
             raise RuntimeError(f"{what}[{i}] is on device {g.device}, but output[{i}] is on device {out.device}; move it with .to()")
         if g.dtype != out.dtype:
+            if (g.dtype.kind == "c") != (out.dtype.kind == "c"):
+                raise _complex_mismatch(i, g.dtype, out.dtype)
             if g.dtype.kind not in "fc":
                 raise TypeError(f"{what}[{i}] has dtype {g.dtype}; a gradient must have a floating point dtype like output[{i}] ({out.dtype})")
             g = Tensor(g.data.astype(out.dtype), out.device)

@@ -11,8 +11,9 @@ again to rebuild them. Two variants, as in PyTorch:
   number per saved tensor; the first unpack in backward re-runs ``fn`` and fills the slots.
   It supports ``engine.grad``, ``inputs=`` and keyword arguments.
 
-With ``preserve_rng_state`` the generator state of the forward is restored for the
-re-run, so dropout draws the same mask. See Note [Checkpoint re-run contract] for what the
+With ``preserve_rng_state`` the re-run replays exactly the random numbers the forward drew
+(dropout's mask), even while other threads draw from the generator; see Note [Checkpointed
+random draws] in creation.py. See Note [Checkpoint re-run contract] for what the
 non-reentrant re-run checks and how it links to the inputs.
 
 >>> from threadgrad import engine, ops
@@ -29,7 +30,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from ._state import tls
-from .creation import get_rng_state, set_rng_state
+from .creation import DrawRecord, record_draws, replay_draws
 from .function import Function
 from .grad_mode import enable_grad
 from .graph import _modified_error
@@ -81,11 +82,16 @@ class _CheckpointFunction(Function):
     @staticmethod
     def forward(ctx: Any, run_function: Callable, preserve_rng_state: bool, *args: Any) -> Any:
         ctx.run_function = run_function
-        ctx.rng_state = get_rng_state() if preserve_rng_state else None
         ctx.tensor_idx = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
         ctx.others = [None if isinstance(a, Tensor) else a for a in args]
         ctx.save_for_backward(*[a for a in args if isinstance(a, Tensor)])
-        return run_function(*args)  # grad mode is off inside forward: nothing is kept
+        ctx.draws = None
+        if not preserve_rng_state:
+            return run_function(*args)  # grad mode is off inside forward: nothing is kept
+        with record_draws() as recorder:
+            out = run_function(*args)
+        ctx.draws = recorder.record()
+        return out
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
@@ -95,7 +101,7 @@ class _CheckpointFunction(Function):
         args = list(ctx.others)
         for i, t in zip(ctx.tensor_idx, _detach_like(ctx.saved_tensors)):
             args[i] = t
-        outputs = _rerun(ctx.run_function, args, {}, ctx.rng_state)
+        outputs = _rerun(ctx.run_function, args, {}, ctx.draws)
         if isinstance(outputs, Tensor):
             outputs = (outputs,)
         pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(o, Tensor) and o._rg and g is not None]
@@ -107,23 +113,13 @@ class _CheckpointFunction(Function):
         return (None, None) + tuple(args[i].grad if isinstance(args[i], Tensor) else None for i in range(len(args)))
 
 
-def _rerun(fn: Callable, args: list, kwargs: dict, rng_state: Any) -> Any:
-    """Run ``fn`` again under grad mode, with the forward's generator state if given."""
-    if rng_state is None:
+def _rerun(fn: Callable, args: list, kwargs: dict, draws: DrawRecord | None) -> Any:
+    """Run ``fn`` again under grad mode, replaying the forward's random draws if recorded."""
+    if draws is None:
         with enable_grad():
             return fn(*args, **kwargs)
-    with _rng_fork_lock:
-        current = get_rng_state()
-        set_rng_state(rng_state)
-        try:
-            with enable_grad():
-                return fn(*args, **kwargs)
-        finally:
-            set_rng_state(current)
-
-
-# Forking the generator (save, set, run, restore) must not interleave between threads.
-_rng_fork_lock = threading.RLock()
+    with replay_draws(draws), enable_grad():  # See Note [Checkpointed random draws] in creation.py
+        return fn(*args, **kwargs)
 
 
 # Note [Checkpoint re-run contract]
@@ -151,8 +147,9 @@ class _Recompute:
     """State of one non-reentrant checkpoint: the re-run fills ``storage`` slot by slot.
     See Note [Checkpoint re-run contract]."""
 
-    def __init__(self, fn: Callable, args: tuple, kwargs: dict, rng_state: Any) -> None:
-        self.fn, self.args, self.kwargs, self.rng_state = fn, args, kwargs, rng_state
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.draws: DrawRecord | None = None  # set by checkpoint() after forward
         self.storage: dict[int, Tensor] | None = None
         self.count = 0
         self.versions: list = []
@@ -203,7 +200,7 @@ class _Recompute:
         tls.saved_hooks = ()
         try:
             with saved_tensors_hooks(pack, lambda t: t):
-                _rerun(self.fn, args, self.kwargs, self.rng_state)
+                _rerun(self.fn, args, self.kwargs, self.draws)
         finally:
             tls.saved_hooks = prev
         if len(storage) != self.count:
@@ -243,9 +240,14 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
         if tls.grad_enabled and not any(isinstance(a, Tensor) and a._rg for a in args):
             warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", stacklevel=2)
         return _CheckpointFunction.apply(function, preserve_rng_state, *args)
-    state = _Recompute(function, args, kwargs, get_rng_state() if preserve_rng_state else None)
+    state = _Recompute(function, args, kwargs)
     with saved_tensors_hooks(state.pack, state.unpack):
-        out = function(*args, **kwargs)
+        if preserve_rng_state:
+            with record_draws() as recorder:
+                out = function(*args, **kwargs)
+            state.draws = recorder.record()
+        else:
+            out = function(*args, **kwargs)
     state.record_versions()
     return out
 

@@ -12,10 +12,12 @@ The shape functions also take torch's keyword spellings: ``zeros(size=(2, 3))``,
 from __future__ import annotations
 
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy
 
+from ._state import tls
 from .tensor import Tensor, _wrap, to_device, to_dtype
 
 _DEFAULT_FLOAT = numpy.dtype(numpy.float32)
@@ -283,31 +285,192 @@ def arange(*args: Any, start: Any = None, end: Any = None, step: Any = None, dty
 _rng_lock = threading.Lock()
 _rng = numpy.random.Generator(numpy.random.PCG64(0))
 
+# Note [Checkpointed random draws]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A checkpointed function runs twice, in forward and again in backward, and with
+# ``preserve_rng_state`` the re-run must draw exactly the numbers forward drew (dropout's
+# mask). PyTorch saves the global generator's state at checkpoint entry and sets it back
+# for the re-run: another thread drawing from the global generator between two of the
+# forward's draws, or during the re-run, then shifts the re-run's numbers (a wrong mask, a
+# silently wrong gradient). Here the re-run never touches the global generator:
+#
+# * Forward runs under a ``DrawRecorder``: each draw this thread makes still comes from the
+#   generator that was current (the global one, so a one-thread checkpointed forward draws
+#   exactly the numbers, and leaves exactly the state, of an unchecked one; other threads'
+#   draws interleave as they would without checkpoint and never repeat the forward's), and
+#   the recorder notes the state each draw started from. ``record()`` freezes the notes
+#   into an immutable ``DrawRecord``.
+# * Each re-run runs under its own ``DrawReplay`` of that record: draw i starts from the
+#   state forward's draw i started from, in a private numpy Generator. So the re-run is
+#   exact whatever other threads draw meanwhile, on whichever thread it runs (the thread
+#   that runs the checkpoint's node: the caller, a device worker, a pool thread), and two
+#   re-runs of one retained graph at once share nothing mutable. A re-run that draws more
+#   often than forward did (a non-deterministic function) continues from where its last
+#   draw left off; it still never touches the global generator.
+# * Nesting composes: a checkpoint inside a checkpointed function records through whatever
+#   is current, so during the outer re-run it records the replayed states, which are the
+#   states its first forward saw.
+# ``manual_seed``, ``get_rng_state`` and ``set_rng_state`` act on the current source too:
+# through a recorder on the generator below it, in a replay on the replay's private
+# generator (as a set inside torch's ``fork_rng`` stays inside it).
+# Only draws made on the thread that runs the checkpointed function are recorded; draws
+# that it hands to threads of its own come from the global generator.
 
-def manual_seed(seed: int) -> None:
-    """Seed the generator behind rand, randn and dropout."""
-    global _rng
+
+def _draw(gen: numpy.random.Generator, kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
+    if kind == "uniform":
+        return gen.random(shape, dtype=numpy.float64).astype(dtype, copy=False)
+    return gen.standard_normal(shape, dtype=numpy.float64).astype(dtype, copy=False)
+
+
+def _draw_noting_state(source: Any, kind: str, shape: tuple, dtype: Any) -> tuple:
+    """(the state the draw started from, the samples), from ``source`` (None: the global one)."""
+    if source is not None:
+        return source.draw(kind, shape, dtype)
     with _rng_lock:
-        _rng = numpy.random.Generator(numpy.random.PCG64(int(seed)))
+        return _rng.bit_generator.state, _draw(_rng, kind, shape, dtype)
 
 
-def get_rng_state() -> dict:
-    """A snapshot of the generator, for :func:`set_rng_state` (checkpointing uses this)."""
+class DrawRecord:
+    """What a checkpointed forward drew: the state it started from and the state each of its
+    draws started from (immutable). See Note [Checkpointed random draws]."""
+
+    __slots__ = ("start", "states")
+
+    def __init__(self, start: dict, states: tuple) -> None:
+        self.start, self.states = start, states
+
+
+class DrawRecorder:
+    """Passes this thread's draws to the source below it and notes each draw's starting state."""
+
+    __slots__ = ("below", "start", "states")
+
+    def __init__(self, below: Any) -> None:
+        self.below = below
+        self.start = _get_state(below)
+        self.states: list = []
+
+    def draw(self, kind: str, shape: tuple, dtype: Any) -> tuple:
+        state, arr = _draw_noting_state(self.below, kind, shape, dtype)
+        self.states.append(state)
+        return state, arr
+
+    def get_state(self) -> dict:
+        return _get_state(self.below)
+
+    def set_state(self, state: dict) -> None:
+        _set_state(self.below, state)
+
+    def seed(self, seed: int) -> None:
+        _seed(self.below, seed)
+
+    def record(self) -> DrawRecord:
+        return DrawRecord(self.start, tuple(self.states))
+
+
+class DrawReplay:
+    """Replays a DrawRecord in a private generator: draw i starts where recorded draw i did."""
+
+    __slots__ = ("record", "next", "gen")
+
+    def __init__(self, record: DrawRecord) -> None:
+        self.record = record
+        self.next = 0
+        self.gen = numpy.random.Generator(numpy.random.PCG64(0))
+        self.gen.bit_generator.state = record.start
+
+    def draw(self, kind: str, shape: tuple, dtype: Any) -> tuple:
+        if self.next < len(self.record.states):
+            self.gen.bit_generator.state = self.record.states[self.next]
+            self.next += 1
+        state = self.gen.bit_generator.state
+        return state, _draw(self.gen, kind, shape, dtype)
+
+    def get_state(self) -> dict:
+        if self.next < len(self.record.states):
+            return self.record.states[self.next]
+        return self.gen.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self.gen.bit_generator.state = state
+
+    def seed(self, seed: int) -> None:
+        self.gen.bit_generator.state = numpy.random.PCG64(int(seed)).state
+
+
+def _get_state(source: Any) -> dict:
+    if source is not None:
+        return source.get_state()
     with _rng_lock:
         return _rng.bit_generator.state
 
 
-def set_rng_state(state: dict) -> None:
+def _set_state(source: Any, state: dict) -> None:
+    if source is not None:
+        source.set_state(state)
+        return
     with _rng_lock:
         _rng.bit_generator.state = state
 
 
-def random_array(kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
-    """Draw ``uniform`` / ``normal`` host samples of ``shape`` from the seeded generator."""
+def _seed(source: Any, seed: int) -> None:
+    global _rng
+    if source is not None:
+        source.seed(seed)
+        return
     with _rng_lock:
-        if kind == "uniform":
-            return _rng.random(shape, dtype=numpy.float64).astype(dtype, copy=False)
-        return _rng.standard_normal(shape, dtype=numpy.float64).astype(dtype, copy=False)
+        _rng = numpy.random.Generator(numpy.random.PCG64(int(seed)))
+
+
+@contextmanager
+def record_draws() -> Iterator[DrawRecorder]:
+    """Note the state of every draw this thread makes inside the block; ``.record()`` on the
+    yielded recorder gives them back. See Note [Checkpointed random draws]."""
+    prev = tls.rng_source
+    recorder = DrawRecorder(prev)
+    tls.rng_source = recorder
+    try:
+        yield recorder
+    finally:
+        tls.rng_source = prev
+
+
+@contextmanager
+def replay_draws(record: DrawRecord) -> Iterator[None]:
+    """Inside the block, this thread's draws replay ``record`` and leave every other
+    generator alone. See Note [Checkpointed random draws]."""
+    prev = tls.rng_source
+    tls.rng_source = DrawReplay(record)
+    try:
+        yield
+    finally:
+        tls.rng_source = prev
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the generator behind rand, randn and dropout."""
+    _seed(tls.rng_source, seed)
+
+
+def get_rng_state() -> dict:
+    """A snapshot of the generator, for :func:`set_rng_state`."""
+    return _get_state(tls.rng_source)
+
+
+def set_rng_state(state: dict) -> None:
+    """Put the generator back to a state :func:`get_rng_state` returned."""
+    _set_state(tls.rng_source, state)
+
+
+def random_array(kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
+    """Draw ``uniform`` / ``normal`` host samples of ``shape`` from the seeded generator (or,
+    inside a checkpointed function, through its recorder or replay)."""
+    source = tls.rng_source
+    if source is not None:
+        return source.draw(kind, shape, dtype)[1]
+    with _rng_lock:
+        return _draw(_rng, kind, shape, dtype)
 
 
 def _random(kind: str, shape: tuple, dtype: Any, device: Any, requires_grad: bool) -> Tensor:
