@@ -37,14 +37,18 @@ def _as_tuple(x: Any, what: str) -> tuple:
     raise TypeError(f"{what} must be a Tensor or a sequence of Tensors, got {type(x).__name__}")
 
 
-def _inputs_tuple(inputs: Any, message: str) -> tuple:
-    """``inputs`` of backward()/grad() as a non-empty tuple of tensors that require grad."""
+def _inputs_tuple(inputs: Any, api: str) -> tuple:
+    """``inputs`` of backward()/grad() (``api``) as a non-empty tuple of tensors that require
+    grad, refused in torch's words."""
     inp = _as_tuple(inputs, "inputs")
     if not inp:
-        raise RuntimeError(message)
+        raise RuntimeError(f"`inputs` argument to `{api}()` cannot be empty.")
     for i, t in enumerate(inp):
         if not t._rg:
-            raise RuntimeError(f"One of the differentiated Tensors (inputs[{i}]) does not require grad")
+            if api == "backward":  # torch's run_backward calls retain_grad() on each input first
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False "
+                                   f"(inputs[{i}] of backward())")
+            raise RuntimeError(f"One of the differentiated Tensors does not require grad (inputs[{i}])")
     return inp
 
 
@@ -72,7 +76,7 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
     elif isinstance(grads, Tensor) or not isinstance(grads, (tuple, list)):
         grads = (grads,)
     if len(grads) != len(outputs):
-        raise RuntimeError(f"{what} has {len(grads)} entries, but there are {len(outputs)} outputs to differentiate")
+        raise RuntimeError(f"got {len(outputs)} tensors and {len(grads)} gradients")
     result = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
         if not out._rg:
@@ -95,7 +99,7 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
             g = Tensor(out.device.xp.asarray(g, dtype=out.dtype), out.device)
         if g.shape != out.shape:
             raise RuntimeError(
-                f"Mismatch in shape: {what}[{i}] has a shape of {tuple(g.shape)} and output[{i}] has a shape of {tuple(out.shape)}."
+                f"Mismatch in shape: grad_output[{i}] has a shape of {tuple(g.shape)} and output[{i}] has a shape of {tuple(out.shape)}."
             )
         if g.device is not out.device:
             raise RuntimeError(f"{what}[{i}] is on device {g.device}, but output[{i}] is on device {out.device}; move it with .to()")
@@ -309,7 +313,7 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     [6.0]
     """
     outputs = _as_tuple(tensors, "tensors")
-    inp = None if inputs is None else _inputs_tuple(inputs, "'inputs' argument to backward() cannot be empty.")
+    inp = None if inputs is None else _inputs_tuple(inputs, "backward")
     if inp is not None:
         # As torch's run_backward: a non-leaf input's gradient reaches its .grad through its
         # retains_grad hook, run once where it is captured (a no-op on leaves, whose
@@ -345,7 +349,7 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
             "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
         )
     outs = _as_tuple(outputs, "outputs")
-    inps = _inputs_tuple(inputs, "grad requires at least one input")
+    inps = _inputs_tuple(inputs, "grad")
     cut = _as_tuple(no_grad_vars, "no_grad_vars") if no_grad_vars is not None else ()
     grads = _make_grads(outs, grad_outputs, create_graph, "grad_outputs")
     keep = create_graph if retain_graph is None else bool(retain_graph)
@@ -355,7 +359,7 @@ def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = 
         if g is None:
             if not allow_unused:
                 raise RuntimeError(
-                    f"One of the differentiated Tensors (inputs[{i}]) appears to not have been used in the graph. "
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     "Set allow_unused=True if this is the desired behavior."
                 )
             if materialize_grads:
@@ -421,7 +425,7 @@ def queue_callback(fn: Callable[[], None]) -> None:
     and before that call returns. Only valid while a backward runs (from a node or hook)."""
     gt = tls.current_task
     if gt is None:
-        raise RuntimeError("Final callbacks can only be installed during the backward pass (queue_callback called outside backward).")
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
     if not callable(fn):
         raise TypeError(f"queue_callback needs a callable, got {type(fn).__name__}")
     with gt.lock:

@@ -38,8 +38,9 @@ from .saved_hooks import saved_tensors_hooks
 from .tensor import Tensor
 
 _REENTRANT_GRAD_MESSAGE = (
-    "Checkpointing is not compatible with .grad() or when an `inputs` parameter is passed to .backward(). "
-    "Please use .backward() and do not pass its `inputs` argument, or use checkpoint(..., use_reentrant=False)."
+    "When use_reentrant=True, threadgrad checkpoint is incompatible with .grad() or passing an `inputs` "
+    "parameter to .backward(). To resolve this error, you can either set use_reentrant=False, or call "
+    ".backward() without passing the `inputs` argument."
 )
 
 

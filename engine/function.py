@@ -141,11 +141,14 @@ class Function:
 
     @staticmethod
     def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("a Function subclass must implement forward(ctx, *args)")
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
 
     @staticmethod
     def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
-        raise NotImplementedError("a Function subclass must implement backward(ctx, *grad_outputs)")
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom autograd.Function to use it "
+            "with backward mode AD."
+        )
 
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:

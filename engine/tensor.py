@@ -156,6 +156,8 @@ class Tensor:
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+            if value is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             if value.shape != self.shape:
                 raise RuntimeError(f"assigned grad has shape {tuple(value.shape)}, but the tensor has shape {tuple(self.shape)}")
             if value.device is not self.device:

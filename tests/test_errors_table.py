@@ -19,7 +19,7 @@ import pytest
 from threadgrad import engine, ops
 
 PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "errors.md"
-CELL_CODE = re.compile(r"^`(.*)`$")
+CELL_CODE = re.compile(r"^(`+)(?!`)(.*?)\1$")  # a code span; ``...`` when it holds backticks
 
 
 def _split_row(line: str) -> list[str]:
@@ -36,7 +36,10 @@ def _unquote(cell: str, what: str, row: str) -> str:
     m = CELL_CODE.match(cell)
     if m is None:
         raise AssertionError(f"row {row}: the {what} cell must be one `code span`, got {cell!r}")
-    return m.group(1)
+    text = m.group(2)
+    if len(m.group(1)) > 1 and text.startswith(" ") and text.endswith(" "):
+        text = text[1:-1]  # Markdown strips one space each side of a ``...`` span
+    return text
 
 
 def parse(text: str) -> tuple[str, list[tuple[str, str, type, str]]]:
@@ -110,6 +113,14 @@ def test_documented_error(num, snippet, exc, message):
     assert type(err) is exc, f"row {num}: expected {exc.__name__}, got {type(err).__name__}: {err}"
     assert message in str(err), f"row {num}: message {str(err)!r} lacks {message!r}"
     _engine_still_usable()
+
+
+def test_parser_reads_double_backtick_spans():
+    text = (
+        "## Setup\n```python\na = 1\n```\n## Table\n| # | input | exception | message |\n|---|---|---|---|\n"
+        "| 1 | `a` | TypeError | `` `inputs` argument `` |\n"
+    )
+    assert parse(text)[1] == [("1", "a", TypeError, "`inputs` argument")]
 
 
 def test_parser_reads_escaped_pipes_and_rejects_bad_rows():

@@ -291,7 +291,7 @@ def test_callback_can_queue_another_callback():
 
 
 def test_queue_callback_outside_backward_raises():
-    with pytest.raises(RuntimeError, match="during the backward pass"):
+    with pytest.raises(RuntimeError, match="Final callbacks can only be installed during backward pass."):
         engine.queue_callback(lambda: None)
 
 

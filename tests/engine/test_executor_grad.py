@@ -70,7 +70,7 @@ def test_unused_input_raises_without_allow_unused():
     y = (x * 2).sum()
     with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
         engine.grad(y, [x, z], retain_graph=True)
-    with pytest.raises(RuntimeError, match=r"inputs\[1\]"):
+    with pytest.raises(RuntimeError, match="The differentiated Tensor at index 1 appears to not have been used in the graph"):
         engine.grad(y, [x, z], retain_graph=True)
 
 
