@@ -24,7 +24,7 @@ from .executor import Engine, get_engine
 from .gradcheck import gradcheck, gradgradcheck
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node, RemovableHandle
-from .saved_hooks import save_on_cpu, saved_tensors_hooks
+from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks
 from .tensor import Tensor
 
 float16 = _np.float16
@@ -42,6 +42,6 @@ __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "gradcheck", "gradgradcheck",
     "Function", "FunctionCtx", "once_differentiable", "checkpoint", "checkpoint_sequential", "CheckpointError",
-    "saved_tensors_hooks", "save_on_cpu", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
+    "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
     "float16", "float32", "float64", "int32", "int64", "bool_",
 ]

@@ -86,6 +86,9 @@ class _ThreadState(threading.local):
     anomaly_check_nan: bool = True
     # Stack of (pack, unpack) pairs pushed by saved_tensors_hooks; the innermost is last.
     saved_hooks: tuple = ()
+    # The error message of the innermost disable_saved_tensors_hooks on this thread (None: not
+    # disabled). Set and restored by that context manager only; not captured by backward.
+    saved_hooks_disabled: str | None = None
     # The GraphTask whose node this thread is running now (None outside backward). Set and
     # restored by the executor; read by queue_callback and by reentrant backward detection.
     current_task: object = None

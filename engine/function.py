@@ -130,18 +130,28 @@ class Function:
     Subclass with ``@staticmethod forward(ctx, *args, **kwargs)`` and
     ``@staticmethod backward(ctx, *grad_outputs)`` (one gradient per forward argument,
     None for arguments that are not tensors or need none); call ``F.apply(*args)``.
+    Or, as torch allows, ``forward(*args)`` without ctx plus ``@staticmethod
+    setup_context(ctx, inputs, output)``, which saves what backward needs.
     A backward may itself call ``engine.backward`` / ``engine.grad`` (reentrant backward).
     """
 
     _node_cls: type
+    _separate_ctx: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._node_cls = type(f"{cls.__name__}Backward", (FunctionCtx,), {"__slots__": ()})
+        cls._separate_ctx = cls.setup_context is not Function.setup_context
 
     @staticmethod
     def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple, output: Any) -> None:
+        """Override to use ``forward(*args)`` without ctx: called after it, with ``apply``'s
+        arguments and forward's result, to save what backward needs (torch's setup_context)."""
+        raise NotImplementedError("setup_context is not implemented.")
 
     @staticmethod
     def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
@@ -165,7 +175,11 @@ class Function:
         prev = tls.grad_enabled
         tls.grad_enabled = False
         try:
-            outputs = cls.forward(ctx, *args, **kwargs)
+            if cls._separate_ctx:
+                outputs = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, outputs)
+            else:
+                outputs = cls.forward(ctx, *args, **kwargs)
         finally:
             tls.grad_enabled = prev
         is_tuple = isinstance(outputs, tuple)

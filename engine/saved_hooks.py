@@ -30,6 +30,8 @@ class saved_tensors_hooks:
         self.unpack_hook = unpack_hook
 
     def __enter__(self) -> "saved_tensors_hooks":
+        if tls.saved_hooks_disabled is not None:
+            raise RuntimeError(tls.saved_hooks_disabled)
         self._prev = tls.saved_hooks
         used.saved_hooks = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.saved_hooks = self._prev + ((self.pack_hook, self.unpack_hook),)
@@ -37,6 +39,26 @@ class saved_tensors_hooks:
 
     def __exit__(self, *exc: Any) -> None:
         tls.saved_hooks = self._prev
+
+
+class disable_saved_tensors_hooks:
+    """Context manager: while it is active on this thread, entering ``saved_tensors_hooks``
+    raises RuntimeError(error_message), as torch's ``disable_saved_tensors_hooks``; entering it
+    while saved-tensor hooks are active raises the same. Nests; the state is this thread's own
+    (backward's device workers do not inherit it)."""
+
+    def __init__(self, error_message: str) -> None:
+        self.error_message = error_message
+
+    def __enter__(self) -> "disable_saved_tensors_hooks":
+        if tls.saved_hooks:
+            raise RuntimeError(self.error_message)
+        self._prev = tls.saved_hooks_disabled
+        tls.saved_hooks_disabled = self.error_message
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        tls.saved_hooks_disabled = self._prev
 
 
 class save_on_cpu(saved_tensors_hooks):

@@ -277,6 +277,22 @@ class Tensor:
         t._ext_obj().detached = True
         return t
 
+    def detach_(self) -> "Tensor":
+        """Detach this tensor from the graph in place: it becomes a leaf that requires no grad
+        (torch's ``detach_``). A view cannot be detached in place."""
+        vc = self._vc
+        if len(vc) > 1 and vc[1]() is not self and not (self._ext is not None and self._ext.detached):
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._rg = False
+        self._output_nr = 0
+        return self
+
+    @property
+    def output_nr(self) -> int:
+        """Which output of ``grad_fn`` this tensor is (0 for a leaf), as torch's."""
+        return self._output_nr
+
     def cpu(self) -> "Tensor":
         return self.to(_cpu)
 

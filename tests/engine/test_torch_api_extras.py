@@ -1,0 +1,164 @@
+"""API torch users reach for (issue 17): Tensor.output_nr, Tensor.detach_(),
+disable_saved_tensors_hooks, Function.setup_context. Expected behaviour is torch 2.13's."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from threadgrad import engine, ops
+
+
+def test_output_nr():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    a, b = ops.split(y, 1)
+    assert (x.output_nr, y.output_nr, a.output_nr, b.output_nr) == (0, 0, 0, 1)
+
+
+def test_detach_in_place_makes_a_leaf_without_grad():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    z = x * 3
+    v0 = z.version
+    assert z.detach_() is z
+    assert z.grad_fn is None and not z.requires_grad and z.is_leaf and z.version == v0
+    w = engine.tensor([1.0], requires_grad=True)
+    w.detach_()
+    assert not w.requires_grad
+
+
+def test_detach_in_place_refuses_a_view():
+    """torch's Variable::detach_ refuses views with this message."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    v = y[0:1]
+    with pytest.raises(RuntimeError, match="Can't detach views in-place. Use detach\\(\\) instead."):
+        v.detach_()
+    d = y.detach()  # a detach() alias is no view
+    assert d.detach_() is d
+
+
+def test_disable_saved_tensors_hooks():
+    """As torch.autograd.graph.disable_saved_tensors_hooks: nests, and refuses hooks either way round."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    with engine.disable_saved_tensors_hooks("no hooks here"):
+        with pytest.raises(RuntimeError, match="no hooks here"):
+            with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+                pass
+        (x * x).sum().backward()  # ops still save and backward works
+        with engine.disable_saved_tensors_hooks("inner"):
+            with pytest.raises(RuntimeError, match="inner"):
+                with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+                    pass
+        with pytest.raises(RuntimeError, match="no hooks here"):  # the outer one again
+            with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+                pass
+    with engine.saved_tensors_hooks(lambda t: t, lambda t: t):  # enabled again
+        with pytest.raises(RuntimeError, match="off"):
+            with engine.disable_saved_tensors_hooks("off"):
+                pass
+    assert x.grad.tolist() == [2.0, 4.0]
+
+
+@pytest.mark.timeout(30)
+def test_disable_saved_tensors_hooks_is_per_thread():
+    seen = []
+    with engine.disable_saved_tensors_hooks("here only"):
+        def other():
+            with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+                seen.append("entered")
+        th = threading.Thread(target=other)
+        th.start()
+        th.join(10)
+    assert seen == ["entered"]
+
+
+class _Scale(engine.Function):
+    @staticmethod
+    def forward(a, k):
+        return a * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, k = inputs
+        ctx.save_for_backward(a)
+        ctx.k = k
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * ctx.k * 1.0, None
+
+
+def test_setup_context_forward_without_ctx():
+    """torch's Function with a separate setup_context: forward takes no ctx."""
+    x = engine.tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)
+    y = _Scale.apply(x, 3.0)
+    assert y.grad_fn.name() == "_ScaleBackward"
+    y.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+    assert engine.gradcheck(lambda t: _Scale.apply(t, 2.5), (x,))
+
+
+def test_setup_context_with_a_ctx_forward_is_called_without_ctx():
+    """As in torch: defining setup_context means forward is called without ctx."""
+    class G(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    with pytest.raises(TypeError):
+        G.apply(engine.tensor([1.0], requires_grad=True))
+
+
+def test_setup_context_can_mark_outputs():
+    class Twice(engine.Function):
+        @staticmethod
+        def forward(a):
+            return a * 2, (a > 0)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.mark_non_differentiable(output[1])
+
+        @staticmethod
+        def backward(ctx, g, g_mask):
+            return g * 2
+
+    x = engine.tensor([1.0, -1.0], requires_grad=True)
+    y, mask = Twice.apply(x)
+    assert not mask.requires_grad
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_function_without_forward_or_backward_raises_torchs_words():
+    class NoForward(engine.Function):
+        pass
+
+    with pytest.raises(NotImplementedError, match="You must implement the forward function for custom autograd.Function."):
+        NoForward.apply(engine.tensor([1.0], requires_grad=True))
+
+    class NoBackward(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+    y = NoBackward.apply(engine.tensor([1.0], requires_grad=True))
+    with pytest.raises(NotImplementedError, match="You must implement either the backward or vjp method"):
+        y.sum().backward()
+
+
+def test_assigning_a_tensor_as_its_own_grad_raises():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
+        x.grad = x
