@@ -36,6 +36,7 @@ NO_EDGE = (None, 0)
 # A function-level import on the unpack path cost 0.85 us per call (measured).
 _wrap: Any = None
 accumulate_into: Any = None
+_grad_accumulator: Any = None
 EngineSum: Any = None
 _Tensor: Any = None
 
@@ -181,21 +182,45 @@ class SavedOutput:
 
 
 class SavedHooked:
-    """A tensor saved while ``saved_tensors_hooks`` were active: only what ``pack`` returned is kept."""
+    """A tensor saved while ``saved_tensors_hooks`` were active: only what ``pack`` returned is
+    kept, plus the original tensor's place in the graph. The unpacked tensor stands for the
+    original there (torch's SavedVariable): it takes the unpack hook's data but the original's
+    grad_fn, output number and requires_grad (a leaf's AccumulateGrad), so a second derivative
+    flows to the original's history, not through the hooks' own arithmetic."""
 
-    __slots__ = ("packed", "unpack_fn")
+    __slots__ = ("packed", "unpack_fn", "grad_fn", "output_nr", "requires_grad", "acc", "is_output")
 
-    def __init__(self, packed: Any, unpack_fn: Callable) -> None:
+    def __init__(self, packed: Any, unpack_fn: Callable, t: "Tensor", node: "Node") -> None:
         self.packed = packed
         self.unpack_fn = unpack_fn
+        # The node's own output: keep no reference to the node (no cycle); unpack gets it.
+        self.is_output = t.grad_fn is node
+        self.grad_fn = None if self.is_output else t.grad_fn
+        self.output_nr = t._output_nr
+        self.requires_grad = t._rg
+        # A leaf that requires grad: its AccumulateGrad, weakly, as the leaf itself holds it.
+        self.acc = None
+        if t._rg and t.grad_fn is None:
+            _grad_accumulator(t)  # made now if need be: t._acc is then its weak reference
+            self.acc = t._acc
 
     def unpack(self, node: "Node") -> "Tensor":
-        from .tensor import Tensor
-
-        t = self.unpack_fn(self.packed)
-        if not isinstance(t, Tensor):
-            raise TypeError(f"saved-tensor unpack hook returned {type(t).__name__} in {node.name()}; expected a Tensor")
+        u = self.unpack_fn(self.packed)
+        if not isinstance(u, _Tensor):
+            raise TypeError(f"saved-tensor unpack hook returned {type(u).__name__} in {node.name()}; expected a Tensor")
+        t = _wrap(u.data, u.device)
+        t.grad_fn = node if self.is_output else self.grad_fn
+        t._output_nr = self.output_nr
+        t._rg = self.requires_grad
+        t._acc = self.acc
         return t
+
+
+PACK_MODIFIED_MESSAGE = (
+    "A saved tensor pack hook is modifying its input in place. Tensors provided as input to pack hook cannot "
+    "be modified by in-place operations as this can lead to unexpected side-effects. Please open an issue if "
+    "you need to perform in-place operations on the input to a pack hook."
+)
 
 
 FREED_MESSAGE = (
@@ -250,7 +275,11 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
             versions.append(None)
         elif hooks and not getattr(hooks[-1][0], "identity_pack", False):
             pack, unpack = hooks[-1]
-            saved.append(SavedHooked(pack(t), unpack))
+            before = t._vc[0]
+            packed = pack(t)
+            if t._vc[0] != before:
+                raise RuntimeError(PACK_MODIFIED_MESSAGE)
+            saved.append(SavedHooked(packed, unpack, t, node))
             versions.append(None)
         else:
             if hooks:

@@ -478,4 +478,5 @@ from . import autograd as _autograd  # noqa: E402 - imports this module: read at
 _graph._wrap = _wrap
 _graph.accumulate_into = accumulate_into
 _graph.EngineSum = EngineSum
+_graph._grad_accumulator = grad_accumulator
 _graph._Tensor = Tensor
