@@ -132,9 +132,14 @@ def _rerun(fn: Callable, args: list, kwargs: dict, draws: DrawRecord | None) -> 
 #   checked before every re-run: re-running from inputs modified in place would silently
 #   give the gradient of other values. The error is the saved-tensor one
 #   (graph._modified_error), as PyTorch raises for an input its saved variables hold.
-# * Same saves. The re-run must save as many tensors as forward did (slot i of forward is
-#   slot i of the re-run); a different count means ``fn`` is not deterministic, and raises
-#   CheckpointError instead of handing a wrong tensor (or none) to a node.
+# * Same saves, early stop. Slot i of forward is slot i of the re-run. As torch's early stop,
+#   the re-run stops (a private exception out of the pack observer) as soon as it has saved
+#   as many tensors as forward did: what ``fn`` does after its last save is not re-run, so an
+#   in-place op there cannot change a rebuilt activation. A re-run that saves fewer tensors,
+#   or a tensor of another shape, dtype or device in some slot, means ``fn`` is not
+#   deterministic: CheckpointError in torch's words instead of handing a wrong tensor (or
+#   none) to a node. Python numbers an op wraps (WrappedNumber) are never counted, as torch
+#   never packs them.
 # * Linked under create_graph. When backward records a graph (grad mode is on while it
 #   unpacks: the executor sets it to create_graph), ``fn`` re-runs on the real inputs, so
 #   the recomputed activations handed to the nodes depend on those inputs and a second
@@ -142,6 +147,21 @@ def _rerun(fn: Callable, args: list, kwargs: dict, draws: DrawRecord | None) -> 
 #   will differentiate that graph, so it need not reach into the caller's.
 # The reentrant variant gets the first check from save_for_backward; it supports first-order
 # gradients only.
+
+
+class _StopRecompute(BaseException):
+    """Ends a re-run once it has rebuilt every saved tensor (Note [Checkpoint re-run contract]).
+    A BaseException, so that an ``except Exception`` inside the checkpointed function cannot
+    swallow it and let the re-run go on."""
+
+
+def _metadata(t: Tensor) -> tuple:
+    return (tuple(t.shape), t.dtype, t.device)
+
+
+def _describe(meta: tuple) -> str:
+    shape, dtype, device = meta
+    return f"{{'shape': {shape}, 'dtype': {dtype}, 'device': {device}}}"
 
 
 class _Recompute:
@@ -153,6 +173,7 @@ class _Recompute:
         self.draws: DrawRecord | None = None  # set by checkpoint() after forward
         self.storage: dict[int, Tensor] | None = None
         self.count = 0
+        self.meta: list = []  # (shape, dtype, device) of each slot, as forward saved it
         self.versions: list = []
         self.lock = threading.Lock()
 
@@ -170,6 +191,7 @@ class _Recompute:
     def pack(self, t: Tensor) -> int:
         idx = self.count
         self.count += 1
+        self.meta.append(_metadata(t))
         return idx
 
     def unpack(self, idx: int) -> Tensor:
@@ -190,6 +212,8 @@ class _Recompute:
 
         def pack(t: Tensor) -> Tensor:
             storage[next(counter)] = t
+            if len(storage) == self.count:
+                raise _StopRecompute  # early stop: every saved tensor is rebuilt
             return t
 
         # The re-run's own nodes save normally (needed for double backward); see pack_saved.
@@ -202,14 +226,26 @@ class _Recompute:
         try:
             with saved_tensors_hooks(pack, lambda t: t):
                 _rerun(self.fn, args, self.kwargs, self.draws)
+        except _StopRecompute:
+            pass
         finally:
             tls.saved_hooks = prev
         if len(storage) != self.count:
             raise CheckpointError(
-                f"checkpoint: the recomputation of {_fn_name(self.fn)} in backward saved {len(storage)} tensors "
-                f"for backward where the forward saved {self.count}; the checkpointed function must be "
-                "deterministic (run the same ops, with the same inputs requiring grad, every time it is called). "
-                "Make it so, or call it without checkpoint."
+                "threadgrad checkpoint: A different number of tensors was saved during the original forward and "
+                f"recomputation.\nNumber of tensors saved during forward: {self.count}\nNumber of tensors saved "
+                f"during recomputation: {len(storage)}.\n(checkpoint of {_fn_name(self.fn)}: the checkpointed "
+                "function must be deterministic, running the same ops with the same inputs requiring grad every "
+                "time it is called.)"
+            )
+        wrong = [i for i in range(self.count) if _metadata(storage[i]) != self.meta[i]]
+        if wrong:
+            raise CheckpointError(
+                "threadgrad checkpoint: Recomputed values for the following tensors have different metadata than "
+                "during the forward pass.\n" + "".join(
+                    f"tensor at position {i}:\nsaved metadata: {_describe(self.meta[i])}\n"
+                    f"recomputed metadata: {_describe(_metadata(storage[i]))}\n" for i in wrong)
+                + f"(checkpoint of {_fn_name(self.fn)})"
             )
         self.storage = storage
 

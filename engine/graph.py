@@ -37,6 +37,7 @@ NO_EDGE = (None, 0)
 _wrap: Any = None
 accumulate_into: Any = None
 _grad_accumulator: Any = None
+_WrappedNumber: Any = None
 EngineSum: Any = None
 _Tensor: Any = None
 
@@ -273,6 +274,9 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
         if t is None:
             saved.append(None)
             versions.append(None)
+        elif type(t) is _WrappedNumber:  # never packed, as torch's wrapped numbers
+            saved.append(t)
+            versions.append(t._vc[0])
         elif hooks and not getattr(hooks[-1][0], "identity_pack", False):
             pack, unpack = hooks[-1]
             before = t._vc[0]
@@ -365,7 +369,7 @@ class Node:
             # output, unchanged since it was saved (-0.15 us, measured).
             e = saved[0]
             te = type(e)
-            if te is _Tensor:
+            if te is _Tensor or te is _WrappedNumber:
                 if e._vc[0] == self._saved_ver[0]:
                     return (e,)
             elif te is SavedOutput and e._vc[0] == self._saved_ver[0]:

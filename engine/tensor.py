@@ -440,6 +440,14 @@ def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
 # single edge (benchmarks/run_all.py's mlp workload measures it; docs/performance.md).
 
 
+class WrappedNumber(Tensor):
+    """A Python number an op turned into a tensor operand (torch's "wrapped number", as in
+    ``x * 2.0``). Saved for backward as it is: saved-tensor hooks never see it, as in torch,
+    so a non-reentrant checkpoint does not count it either. Made by ops/_core.py's as_operand."""
+
+    __slots__ = ()
+
+
 class EngineSum(Tensor):
     """A gradient sum the executor made for one AccumulateGrad's input slot, which it alone
     holds. See Note [Gradient ownership]."""
@@ -479,4 +487,5 @@ _graph._wrap = _wrap
 _graph.accumulate_into = accumulate_into
 _graph.EngineSum = EngineSum
 _graph._grad_accumulator = grad_accumulator
+_graph._WrappedNumber = WrappedNumber
 _graph._Tensor = Tensor

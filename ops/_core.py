@@ -43,7 +43,7 @@ from ..engine import _state
 from ..engine._state import tls  # noqa: F401
 from ..engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
 from ..engine.graph import Node  # noqa: F401
-from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, WrappedNumber, _wrap
 from ..engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
 
 REGISTRY: dict[str, Callable[..., Any]] = {}
@@ -82,7 +82,9 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if type(x) is float and like.data.dtype.kind == "f":
-        return _wrap(like.device.xp.asarray(x, dtype=like.data.dtype), like.device)  # the usual case, fast
+        t = _wrap(like.device.xp.asarray(x, dtype=like.data.dtype), like.device)  # the usual case, fast
+        t.__class__ = WrappedNumber
+        return t
     if isinstance(x, (bool, Number)) and not isinstance(x, numpy.ndarray):
         kind = like.dtype.kind
         if isinstance(x, (bool, numpy.bool_)):
@@ -93,7 +95,9 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
             dt = like.dtype
         else:
             dt = numpy.float32
-        return _wrap(like.device.xp.asarray(x, dtype=dt), like.device)
+        t = _wrap(like.device.xp.asarray(x, dtype=dt), like.device)
+        t.__class__ = WrappedNumber
+        return t
     try:
         arr = like.device.asarray(x)
     except Exception:

@@ -95,6 +95,16 @@ class _Interleaved:
         return y
 
 
+def _check_rerun_output(fn: "_Interleaved", expected: np.ndarray, use_reentrant: bool) -> None:
+    """The reentrant re-run returns forward's output; the non-reentrant one stops early, right
+    after its last save (the second mask: Note [Checkpoint re-run contract]), so it returns
+    nothing, and the gradient, which both masks enter, is the check."""
+    if use_reentrant:
+        np.testing.assert_array_equal(fn.outputs[1], expected)
+    else:
+        assert len(fn.outputs) == 1
+
+
 @pytest.mark.parametrize("use_reentrant", [True, False])
 @pytest.mark.parametrize("device", ["cpu", "virtual:1"])
 @pytest.mark.timeout(30)
@@ -113,8 +123,8 @@ def test_another_thread_drawing_during_the_rerun_does_not_change_the_mask(use_re
     engine.checkpoint(fn, x, use_reentrant=use_reentrant).sum().backward()
     fn.thread.join(10)
     assert fn.calls == 2 and fn.other_draw is not None
-    np.testing.assert_array_equal(fn.outputs[1], fn.outputs[0])
-    np.testing.assert_array_equal(x.grad.numpy(), plain)
+    _check_rerun_output(fn, fn.outputs[0], use_reentrant)
+    np.testing.assert_array_equal(x.grad.numpy(), plain)  # both masks enter the gradient
 
 
 @pytest.mark.parametrize("use_reentrant", [True, False])
@@ -134,7 +144,7 @@ def test_another_thread_drawing_between_forward_draws_does_not_change_the_rerun(
     np.testing.assert_array_equal(y.detach().numpy(), expected)
     y.sum().backward()
     assert fn.calls == 2
-    np.testing.assert_array_equal(fn.outputs[1], expected)
+    _check_rerun_output(fn, expected, use_reentrant)
     # d/dx sum(tanh(x * m1) * m2) at x = 1
     np.testing.assert_allclose(x.grad.numpy(), m1 * (1 - np.tanh(m1) ** 2) * m2, rtol=1e-15)
 
