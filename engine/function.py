@@ -29,7 +29,7 @@ import traceback
 from typing import Any, Callable
 
 from ._state import tls
-from .graph import NO_EDGE, Node, _next_seq, pack_saved
+from .graph import Node, _next_seq, pack_saved
 from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
 from ..ops._core import fit, view_index
@@ -85,16 +85,20 @@ class FunctionCtx(Node):
             result = result[:n]
         if len(result) != n:
             raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, got {len(result)})")
-        out = []
+        out = []  # one per edge: per tensor argument, as torch's node has no edge for the others
+        edges = self.next_edges
         for i, (g, meta) in enumerate(zip(result, self._in_meta)):
+            if meta is None:
+                if g is not None:
+                    raise RuntimeError(
+                        f"function {self.name()} returned a gradient different than None at position {i}, "
+                        "but the corresponding forward input was not a Tensor"
+                    )
+                continue
+            edge = edges[len(out)]
             if g is None:
                 out.append(None)
                 continue
-            if meta is None:
-                raise RuntimeError(
-                    f"function {self.name()} returned a gradient different than None at position {i}, "
-                    "but the corresponding forward input was not a Tensor"
-                )
             if not isinstance(g, Tensor):
                 raise TypeError(f"function {self.name()} returned a {type(g).__name__} as gradient {i}; expected a Tensor or None")
             shape, dtype, device = meta
@@ -109,7 +113,7 @@ class FunctionCtx(Node):
                 raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - expected device {device} but got {g.device}")
             if g.dtype != dtype:
                 g = g.to(dtype)
-            out.append(g if self.next_edges[i][0] is not None else None)
+            out.append(g if edge[0] is not None else None)
         return tuple(out)
 
 
@@ -208,7 +212,7 @@ def _alias(t: Tensor) -> Tensor:
 def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     """Record ``ctx`` as the grad_fn of the differentiable outputs (PyTorch's _wrap_outputs)."""
     ctx.sequence_nr = _next_seq()
-    ctx.next_edges = tuple(gradient_edge(a) if isinstance(a, Tensor) else NO_EDGE for a in args)
+    ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
     ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
     # Check every dirty output before changing any history, so a refused call leaves none half-linked.
     rebase = [(o, _dirty_base(ctx, o)) for o in outs if isinstance(o, Tensor) and id(o) in ctx._dirty]

@@ -162,3 +162,42 @@ def test_assigning_a_tensor_as_its_own_grad_raises():
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
         x.grad = x
+
+
+def test_function_node_has_edges_for_tensor_arguments_only():
+    """Issue 17 H: as torch, a custom Function's node has one edge per tensor argument, so
+    next_functions and its post-hooks' grad_inputs have no slots for other arguments."""
+    class F(engine.Function):
+        @staticmethod
+        def forward(ctx, a, k, b):
+            return a * k + b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2, None, g
+
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = engine.tensor([1.0, 2.0], requires_grad=True)
+    out = F.apply(x, 3.0, y)
+    nf = out.grad_fn.next_functions
+    assert len(nf) == 2 and nf[0][0].variable is x and nf[1][0].variable is y
+    seen = []
+    out.grad_fn.register_hook(lambda gi, go: seen.append((len(gi), len(go), [g.tolist() for g in gi])))
+    out.sum().backward()
+    assert seen == [(2, 1, [[2.0, 2.0], [1.0, 1.0]])]
+    assert x.grad.tolist() == [2.0, 2.0] and y.grad.tolist() == [1.0, 1.0]
+
+
+def test_function_returning_a_gradient_for_a_non_tensor_argument_raises():
+    class F(engine.Function):
+        @staticmethod
+        def forward(ctx, a, k):
+            return a * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, g
+
+    x = engine.tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="returned a gradient different than None at position 1"):
+        F.apply(x, 2.0).sum().backward()
