@@ -171,6 +171,15 @@ class ReadyQueue:
                 self.closed = True  # under the lock: no push can slip in after the last pop
             return entry
 
+    def close(self) -> list:
+        """Refuse every later push and return the tasks still queued (a worker that died
+        hands them back to be failed: Note [Errors])."""
+        with self._lock:
+            self.closed = True
+            entries = self._heap[:]
+            self._heap.clear()
+            return entries
+
     def purge(self, gt: Any) -> int:
         """Drop every task of ``gt``; return how many were dropped."""
         with self._lock:
@@ -268,23 +277,57 @@ def _add_note(e: BaseException, note: str) -> None:
 
 
 def _add_node_to_message(e: BaseException, node: Node | None) -> None:
-    """Name the failing node in the exception's message, once (nested backward re-raises)."""
-    if node is None or getattr(e, "_threadgrad_node", None) is not None:
+    """Name the failing node in the exception's message, once (nested backward re-raises).
+
+    Best effort: an exception whose ``args`` cannot be set, or that refuses attributes or
+    notes, keeps its message as raised. Nothing here may raise (Note [Errors])."""
+    if node is None:
         return
     try:
-        e._threadgrad_node = node.name()  # type: ignore[attr-defined]
-    except AttributeError:  # exceptions with __slots__ and no dict
-        return
-    suffix = f" [raised in {node.name()} during backward]"
-    if e.args and isinstance(e.args[0], str):
-        e.args = (e.args[0] + suffix,) + e.args[1:]
-    elif not e.args:
-        e.args = (suffix.strip(" []"),)
-    else:
-        _add_note(e, suffix.strip(" []"))
-    trace = node.__dict__.get("_metadata", {}).get("traceback_")
-    if trace is not None:
-        _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {node.name()}):\n" + "".join(trace))
+        if getattr(e, "_threadgrad_node", None) is not None:
+            return
+        name = node.name()
+        e._threadgrad_node = name  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - __slots__ and no dict, a __setattr__ that refuses, ...
+        return  # unmarked, a nested re-raise could name it twice: leave the message alone
+    suffix = f" [raised in {name} during backward]"
+    try:
+        args = e.args
+        if args and isinstance(args[0], str):
+            e.args = (args[0] + suffix,) + tuple(args[1:])
+        elif not args:
+            e.args = (suffix.strip(" []"),)
+        else:
+            _add_note(e, suffix.strip(" []"))
+    except Exception:  # noqa: BLE001 - a read-only ``args`` property, say
+        try:
+            _add_note(e, suffix.strip(" []"))
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        trace = node.__dict__.get("_metadata", {}).get("traceback_")
+        if trace is not None:
+            _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {name}):\n" + "".join(trace))
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _describe(e: BaseException) -> str:
+    """``repr(e)``, or its type's name when its repr raises."""
+    try:
+        return repr(e)
+    except Exception:  # noqa: BLE001
+        return f"<{type(e).__name__} (its repr raised)>"
+
+
+def _worker_lost(cause: BaseException) -> RuntimeError:
+    """The error of a GraphTask whose device worker died: names the thread, chains the cause."""
+    err = RuntimeError(
+        f"backward could not finish: engine thread {threading.current_thread().name} stopped on an "
+        f"internal error ({_describe(cause)}); the next backward starts a new one"
+    )
+    err.__cause__ = cause
+    return err
 
 
 def _all_none(grads: list) -> bool:
@@ -302,13 +345,21 @@ def _check_nan(node: Node, outputs: Any) -> None:
 
 class _Pool:
     """Reusable threads for reentrant overflow and backward_async. Grows when all are busy
-    (a reentrant chain needs one per hop), never shrinks until ``stop``."""
+    (a reentrant chain needs one per hop); a thread idle for ``idle_timeout()`` seconds
+    retires, and ``stop`` ends them all.
 
-    def __init__(self) -> None:
+    Hand-off and retirement are decided under one lock: ``submit`` counts on an idle thread
+    only while it is counted in ``_idle``, and a thread leaves that count only with the lock
+    held, after it has looked at ``_jobs`` once more. So a thread whose wait timed out while
+    a job was being handed to it takes the job instead of retiring: no job is ever left
+    behind with no thread to run it."""
+
+    def __init__(self, idle_timeout: Callable[[], float]) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._jobs: list[Callable[[], None]] = []
         self._idle = 0
         self._stopping = False
+        self._idle_timeout = idle_timeout
         self.threads: list[threading.Thread] = []
 
     def submit(self, job: Callable[[], None]) -> None:
@@ -317,7 +368,7 @@ class _Pool:
             if self._idle >= len(self._jobs):
                 self._cv.notify()
                 return
-            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{len(self.threads)}", daemon=True)
+            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{next(_pool_names)}", daemon=True)
             t.start()  # before it is listed, under the lock: stop() must never join an unstarted thread
             self.threads.append(t)
 
@@ -327,13 +378,24 @@ class _Pool:
             with self._cv:
                 while not self._jobs and not self._stopping:
                     self._idle += 1
-                    self._cv.wait()
-                    self._idle -= 1
+                    try:
+                        woken = self._cv.wait(self._idle_timeout())
+                    finally:
+                        self._idle -= 1
+                    if not woken and not self._jobs and not self._stopping:
+                        # Idle too long, and (under the lock) nothing was handed over meanwhile.
+                        self.threads.remove(threading.current_thread())
+                        return
                 if not self._jobs:
                     return
                 job = self._jobs.pop(0)
             job()
             job = None  # the finished job's closure holds its graph: drop it before waiting
+
+    def wake_idle(self) -> None:
+        """Make idle threads start their wait again (with a new ``idle_timeout()``)."""
+        with self._cv:
+            self._cv.notify_all()
 
     def stop(self) -> list[threading.Thread]:
         with self._cv:
@@ -342,11 +404,17 @@ class _Pool:
             return list(self.threads)
 
 
+_pool_names = itertools.count()
+
+
 class Engine:
     """The process-wide executor (``engine.get_engine()``).
 
     ``max_recursion_depth``: reentrant backward calls nest at most this many levels on one
     thread's stack before the next level moves to a pool thread (Note [Reentrant backward]).
+
+    ``pool_idle_timeout``: seconds a pool thread (reentrant overflow, ``backward_async``)
+    waits for work before it retires; setting it applies to threads already waiting.
     """
 
     def __init__(self) -> None:
@@ -355,7 +423,22 @@ class Engine:
         self.max_recursion_depth = 40
         self._lock = threading.Lock()
         self._workers: dict[devices.Device, tuple[ReadyQueue, threading.Thread]] = {}
-        self._pool = _Pool()
+        self._pool_idle_timeout = 30.0
+        self._pool = self._new_pool()
+
+    @property
+    def pool_idle_timeout(self) -> float:
+        return self._pool_idle_timeout
+
+    @pool_idle_timeout.setter
+    def pool_idle_timeout(self, seconds: float) -> None:
+        if not seconds >= 0:
+            raise ValueError(f"pool_idle_timeout must be a number of seconds >= 0, got {seconds!r}")
+        self._pool_idle_timeout = float(seconds)
+        self._pool.wake_idle()
+
+    def _new_pool(self) -> _Pool:
+        return _Pool(lambda: self._pool_idle_timeout)
 
     # -- threads ----------------------------------------------------------------------
     def _device_queue(self, device: devices.Device) -> ReadyQueue:
@@ -382,7 +465,22 @@ class Engine:
         except BaseException as e:  # noqa: BLE001 - never leave tasks in a queue nobody serves
             self._fail_all(q, device, e)
             return
-        self._thread_main(None)
+        try:
+            self._thread_main(None)
+        except BaseException as e:  # noqa: BLE001 - see Note [Errors]
+            self._worker_died(device, q, e)
+
+    def _worker_died(self, device: devices.Device, q: ReadyQueue, cause: BaseException) -> None:
+        """This device worker's own loop failed (an engine bug: its nodes' errors never get
+        here). Unlist it, so the next push starts a new worker, then fail every task it was
+        given, so no backward waits on a queue nobody serves. See Note [Errors]."""
+        with self._lock:
+            w = self._workers.get(device)
+            if w is not None and w[0] is q:
+                del self._workers[device]
+        for _, _, gt, _, _ in q.close():
+            if gt is not None:
+                self._fail(gt, _worker_lost(cause), None)
 
     def _fail_all(self, q: ReadyQueue, device: devices.Device, cause: BaseException) -> None:
         """Serve ``q`` by failing every GraphTask that sends work to it (the worker could not
@@ -393,7 +491,7 @@ class Engine:
                 if node is _SHUTDOWN:
                     return
                 continue
-            err = RuntimeError(f"the worker thread of {device} could not start: {cause!r}")
+            err = RuntimeError(f"the worker thread of {device} could not start: {_describe(cause)}")
             self._fail(gt, err, node)
             with gt.lock:
                 gt.outstanding -= 1
@@ -429,7 +527,7 @@ class Engine:
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
-            pool, self._pool = self._pool, _Pool()
+            pool, self._pool = self._pool, self._new_pool()
         for q, _ in workers:
             q.push(_SHUTDOWN_PRIO, None, _SHUTDOWN, None)
         threads = [t for _, t in workers] + pool.stop()
@@ -442,7 +540,7 @@ class Engine:
         # Threads do not survive fork; locks held by them at that moment would stay held.
         self._lock = threading.Lock()
         self._workers = {}
-        self._pool = _Pool()
+        self._pool = self._new_pool()
         tls.own_queue = None
         tls.local_queue = None
         tls.current_task = None
@@ -481,7 +579,17 @@ class Engine:
             # task it had popped, and a completion it then made woke no one: a hang.
             left = threading.Event()
             self._pool.submit(lambda: self._run_on_pool(gt, left))
-            left.wait()
+            try:
+                left.wait()
+            except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+                self._fail(gt, e, None)
+                gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
+                while True:  # it leaves once its current node returns; only then is q ours
+                    try:
+                        left.wait()
+                        break
+                    except KeyboardInterrupt:
+                        pass  # one interrupt is enough: it is already this task's error
             return
         prev_total = tls.total_depth
         tls.depth += 1
@@ -521,6 +629,7 @@ class Engine:
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
+        gt = None  # the task in hand, from its pop to the end of its node and continuations
         try:
             while wait_for is None or not wait_for.done:
                 if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
@@ -561,6 +670,11 @@ class Engine:
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 q.purge(wait_for)
+        except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+            self._abandon(wait_for, gt, e)
+            if wait_for is None:
+                raise  # a device worker's own loop failed: _device_worker takes over
+            q.purge(wait_for)
         finally:
             tls.grad_enabled, tls.current_task = saved[0], saved[4]
             if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
@@ -748,9 +862,21 @@ class Engine:
                 if gt.error is not None:
                     return
                 gt.error = e
-        _add_node_to_message(e, fn)
-        gt.done = True
-        self._wake_owner(gt)
+        try:
+            _add_node_to_message(e, fn)
+        finally:  # the error is claimed: whatever happens, the owner must learn of it
+            gt.done = True
+            self._wake_owner(gt)
+
+    def _abandon(self, wait_for: GraphTask | None, in_hand: GraphTask | None, e: BaseException) -> None:
+        """An exception escaped ``_thread_main``'s loop (outside any node: an interrupt at a
+        wait or between two nodes, or an engine bug). Fail the task whose node or continuation
+        it cut off, and the task the loop drives, so no thread waits for either and their
+        queued work is dropped. See Note [Interrupts]."""
+        if in_hand is not None and in_hand is not wait_for and not in_hand.done:
+            self._fail(in_hand, e if wait_for is not None else _worker_lost(e), None)
+        if wait_for is not None:
+            self._fail(wait_for, e, None)
 
     def _complete(self, gt: GraphTask) -> None:
         """See Note [Completion]."""

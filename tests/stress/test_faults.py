@@ -427,3 +427,109 @@ def test_fault_deep_in_a_reentrant_chain_that_crossed_to_pool_threads(device):
     finally:
         eng.max_recursion_depth = old
     assert_engine_usable()
+
+
+# --- the error path itself fails -------------------------------------------------------------
+
+class ReadOnlyArgs(Exception):
+    """``args`` is a read-only property: the node's name cannot go into the message."""
+
+    @property
+    def args(self):
+        return ("read-only args",)
+
+
+class RefusesAttributes(Exception):
+    def __setattr__(self, name, value):
+        raise TypeError("no attributes on this exception")
+
+
+class BadStr(Exception):
+    def __str__(self):
+        raise ValueError("__str__ raised")
+
+    def __repr__(self):
+        raise ValueError("__repr__ raised")
+
+
+class TwoArgs(Exception):
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+ODD_EXCEPTIONS = {
+    "read-only args": lambda: ReadOnlyArgs(),
+    "refuses attributes": lambda: RefusesAttributes("refused"),
+    "__str__ and __repr__ raise": lambda: BadStr("bad str"),
+    "constructor needs two arguments": lambda: TwoArgs("two args", 7),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", sorted(ODD_EXCEPTIONS))
+def test_an_exception_the_engine_cannot_annotate_still_reaches_the_caller(kind, device):
+    """Naming the node in the message is best effort: when the exception refuses it, the
+    caller still gets that exception object, and the worker survives (it used to die in
+    the error path, and backward waited forever)."""
+    made = []
+
+    class Raiser(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            made.append(ODD_EXCEPTIONS[kind]())
+            raise made[0]
+
+    assert_engine_usable()
+    workers_before = {(t.name, t.ident) for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-virtual")}
+    x = f64([1.0])
+    with pytest.raises(BaseException) as info:
+        ops.sum(Raiser.apply(ops.to(x, device))).backward()
+    assert info.value is made[0]
+    if kind == "constructor needs two arguments":
+        assert info.value.args == ("two args [raised in RaiserBackward during backward]",)
+        assert info.value.code == 7
+    if kind == "read-only args":  # named in a note instead
+        assert info.value.args == ("read-only args",)
+        assert getattr(info.value, "__notes__", None) == ["raised in RaiserBackward during backward"]
+    workers_after = {(t.name, t.ident) for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-virtual")}
+    assert workers_before <= workers_after, "a device worker died"
+    assert_engine_usable()
+
+
+@pytest.mark.timeout(60)
+def test_a_device_worker_that_dies_fails_its_task_and_the_next_backward_starts_a_new_one(monkeypatch):
+    """Workers catch every error of the nodes they run; should the worker's own loop fail
+    anyway (here: installing a task's state raises, as an engine bug would), the caller
+    gets a clear error instead of waiting forever, and the next backward gets a new worker."""
+    from threadgrad.engine import executor
+
+    assert_engine_usable()
+    eng = engine.get_engine()
+    old = [t for t in eng.worker_threads() if t.name == "threadgrad-virtual:1"]
+    assert len(old) == 1
+    real_install = executor._install
+    boom = MemoryError("injected: the worker's loop failed")
+
+    def install(gt):
+        if threading.current_thread() is old[0]:
+            raise boom
+        real_install(gt)
+
+    monkeypatch.setattr(executor, "_install", install)
+    x = f64([1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"engine thread threadgrad-virtual:1 stopped on an internal error \(MemoryError") as info:
+        ops.sum(ops.mul(ops.to(x, "virtual:1"), 2.0)).backward()
+    assert info.value.__cause__ is boom
+    old[0].join(10)
+    assert not old[0].is_alive()
+    monkeypatch.setattr(executor, "_install", real_install)
+    assert x.grad is None
+    assert_engine_usable()
+    new = [t for t in eng.worker_threads() if t.name == "threadgrad-virtual:1"]
+    assert len(new) == 1 and new[0] is not old[0] and new[0].is_alive()
