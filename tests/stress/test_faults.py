@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -533,3 +534,96 @@ def test_a_device_worker_that_dies_fails_its_task_and_the_next_backward_starts_a
     assert_engine_usable()
     new = [t for t in eng.worker_threads() if t.name == "threadgrad-virtual:1"]
     assert len(new) == 1 and new[0] is not old[0] and new[0].is_alive()
+
+
+# --- pool threads retire when idle -----------------------------------------------------------
+
+@pytest.fixture
+def pool_timeout():
+    eng = engine.get_engine()
+    old_timeout, old_depth = eng.pool_idle_timeout, eng.max_recursion_depth
+    try:
+        yield eng
+    finally:
+        eng.pool_idle_timeout, eng.max_recursion_depth = old_timeout, old_depth
+
+
+def _pool_threads() -> list:
+    return [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-pool")]
+
+
+def _join_pool_threads(deadline_s: float) -> list:
+    """Wait (joins with a deadline, no polling) for the pool threads to end; the names left."""
+    deadline = time.monotonic() + deadline_s
+    for t in _pool_threads():
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in _pool_threads()]
+
+
+@pytest.mark.timeout(120)
+def test_idle_pool_threads_retire_after_the_idle_timeout(pool_timeout):
+    """40 backward_async calls held together in one node need 40 pool threads; once idle
+    for pool_idle_timeout seconds they retire (the pool used to keep them all for good),
+    and later calls start threads again."""
+    eng = pool_timeout
+    eng.pool_idle_timeout = 30.0
+    n = 40
+    together = threading.Barrier(n, timeout=30)
+
+    class HoldAll(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            together.wait()  # all n calls run at once: n pool threads
+            return g
+
+    leaves = [f64([float(i)]) for i in range(n)]
+    futures = [engine.backward_async(ops.sum(ops.mul(HoldAll.apply(x), 2.0))) for x in leaves]
+    for f in futures:
+        f.result(timeout=60)
+    assert [x.grad.tolist() for x in leaves] == [[2.0]] * n
+    assert len(_pool_threads()) >= n
+    eng.pool_idle_timeout = 0.05  # applies to the threads already waiting
+    assert _join_pool_threads(30) == [], "idle pool threads did not retire"
+    y = f64([3.0])
+    engine.backward_async(ops.sum(ops.mul(y, y))).result(timeout=30)
+    assert y.grad.tolist() == [6.0]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("timeout", [0.0, 1e-4])
+def test_retiring_pool_threads_never_drop_a_reentrant_hand_off(pool_timeout, timeout):
+    """With threads retiring as soon as they are idle, deep reentrant chains (a pool hop per
+    level) and backward_async calls from 4 threads all finish, exact: a thread whose wait
+    timed out while a job was handed to it takes the job instead of retiring."""
+    eng = pool_timeout
+    eng.pool_idle_timeout = timeout
+    eng.max_recursion_depth = 1
+
+    def body(i: int) -> list:
+        bad = []
+        for k in range(15):
+            x = f64([1.0])
+            loss = ops.sum(ops.mul(NestOrFail.apply(x, 6, None), float(k + 1)))
+            if k % 2:
+                engine.backward_async(loss).result(timeout=60)
+            else:
+                loss.backward()
+            if x.grad.tolist() != [float(k + 1)]:
+                bad.append((i, k, x.grad.tolist()))
+        return bad
+
+    results = run_threads(4, body, timeout=200)
+    assert [b for r in results for b in r] == []
+    eng.pool_idle_timeout = 0.01
+    assert _join_pool_threads(30) == []
+    assert_engine_usable()
+
+
+@pytest.mark.timeout(30)
+def test_pool_idle_timeout_rejects_a_negative_number():
+    with pytest.raises(ValueError, match="pool_idle_timeout must be a number of seconds >= 0, got -1"):
+        engine.get_engine().pool_idle_timeout = -1
