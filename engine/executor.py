@@ -1,6 +1,8 @@
 """The executor: GraphTask, ReadyQueue, device workers, the reentrant pool (PyTorch's engine.cpp).
 
-Read docs/architecture.md first; the Notes below are the reasoning the code depends on.
+Read docs/architecture.md first (the threading picture, the GraphTask life cycle); the Notes
+below are the reasoning the code depends on, and this is their only copy: docs and other
+modules cite them as ``Note [X] in engine/executor.py``.
 
 Note [Threads and queues]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -10,7 +12,8 @@ Every thread that runs nodes serves exactly one ReadyQueue at a time (``tls.loca
     started lazily, serving that device's queue;
   * pool threads run reentrant GraphTasks that went past ``max_recursion_depth`` (serving the
     queue of the thread that handed them over) and ``backward_async`` calls (serving their
-    own queue).
+    own queue). A pool thread idle for ``Engine.pool_idle_timeout`` seconds retires (see
+    ``_Pool``: hand-off and retirement are decided under one lock).
 A node runs on the queue of the device where its input gradients live: cpu work goes to
 the GraphTask's ``owner_queue`` (the queue of the thread that called backward), other
 devices' work to their worker. The executor never hops threads unless the device changes.
@@ -24,18 +27,19 @@ GraphTask's lock once the task is shared (before that one thread alone touches i
 The thread that brings it to zero runs the final callbacks (``queue_callback``), then marks
 the task done. If that thread does not serve ``owner_queue``, it pushes an empty wake-up
 task there, so the thread driving the GraphTask (blocked in ``pop``) sees ``done`` and
-returns.
+returns. A stray wake-up left in a queue is harmless: it is popped and ignored.
 
 Note [No future in the GraphTask]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none. The only
-thread that ever waits for a GraphTask is the one driving its loop (the caller, or for a
-reentrant child past the depth limit the parent, which waits for the pool thread to leave
-the queue: Note [Reentrant backward]), and that thread already tests ``done`` after every
-task. The outcome is read from ``error`` and ``captured`` when the loop ends
+DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose.
+The only thread that ever waits for a GraphTask is the one driving its loop (the caller, or
+for a reentrant child past the depth limit the parent, which waits for the pool thread to
+*leave* the queue: Note [Reentrant backward]), and that thread already tests ``done`` after
+every task. The outcome is read from ``error`` and ``captured`` when the loop ends
 (``autograd._result``). A Future there was written once and read once per call, and making
-one makes a Condition and an RLock (measured: a 3-node backward() 15.6 -> 12.7 us). The
-Futures users see are ``backward_async``'s / ``grad_async``'s, made around the whole call.
+one makes a Condition and an RLock: removing it took a 3-node backward() from 15.6 to 12.7 us
+(the round-5 section of docs/performance.md). The Futures users see are ``backward_async``'s
+and ``grad_async``'s, made around the whole call.
 
 Note [Shared tasks]
 ~~~~~~~~~~~~~~~~~~~
@@ -47,45 +51,114 @@ hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before th
 the worker cannot route into the task before this thread's routing ends (``_run_task``
 releases the lock), and from then on every routing takes the lock. Nothing else lets another
 thread into a task's routing: reentrant children are GraphTasks of their own, and
-``queue_callback`` and ``_fail`` run on threads that run the task's nodes (they take the lock
-anyway).
+``queue_callback``, ``_fail`` and ``_abandon`` run on threads that run or drive the task's
+nodes (``_fail`` takes the lock anyway). Skipping the lock saves about 1,770 instructions per
+node (chain backward 28,925 -> 27,155, benchmarks/instructions.py);
+``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the
+switch happens.
 
 Note [Errors]
 ~~~~~~~~~~~~~
-The first exception raised by a node (or a hook, a callback, a saved-tensor unpack) fails
-the GraphTask: it is stored, the node's name is added to its message, the task is marked
-done with the exception in ``error``; the owner is woken as on completion. Tasks of a
-failed GraphTask still queued anywhere are dropped when popped (only ``outstanding`` is
-decremented), and the owner purges its own queue of them. Worker threads catch everything,
-so they survive and keep serving other GraphTasks; the caller re-raises the original
-exception object (original type) from ``error``.
+The first exception raised by a node, a hook, a callback or a saved-tensor unpack fails the
+GraphTask (``_fail``): it is stored in ``error`` under the task's lock, the node's name is
+appended to its message (once, even when a nested backward re-raises it; in anomaly mode the
+forward traceback of the node is added as a note), the task is marked done and the owner is
+woken as on completion. Tasks of a failed GraphTask still queued anywhere are dropped when
+popped (only ``outstanding`` is decremented), and the owner purges its own queue of them;
+a node of it running on another thread finishes, but routes nothing (it tests ``error``
+under the lock that ``_fail`` claims it under). The caller re-raises the original exception
+object, so its type is unchanged; once it has, the task drops its reference to it
+(``autograd._result``), so the failed graph is freed without the cycle collector.
+
+An error while routing a node's outputs is stored in ``error`` under the task's lock
+*before* that node's ``outstanding`` decrement: once the count can reach zero on another
+thread, that thread's ``_complete`` must see it (else a worker's routing error was lost when
+the caller's thread finished the last node first, and the backward returned normally with
+gradients missing).
+
+Worker threads catch everything, so they survive and keep serving other GraphTasks, and the
+error path itself cannot fail: naming the node is best effort (an exception whose ``args``
+is read-only, or that refuses attributes, keeps its message; ``_add_node_to_message`` never
+raises), and ``_fail`` marks the task done and wakes the owner in a ``finally``. Should a
+device worker's own loop fail anyway (an engine bug; nothing a node does gets there), the
+worker unlists itself, closes its queue and fails the task in hand and every task still
+queued with a RuntimeError naming the thread (the cause chained), so no caller waits on a
+queue nobody serves; the next push starts a new worker (``_worker_died``). A worker that
+cannot start on its device (a GPU that is gone) serves its queue by failing every task sent
+to it (``_fail_all``).
+
+Note [Interrupts]
+~~~~~~~~~~~~~~~~~
+Ctrl-C raises KeyboardInterrupt in the main thread, between any two bytecodes it runs, or
+in a wait it is blocked in (a lock or condition wait returns early for a signal). Where it
+lands decides what it costs; the engine guarantees the outcome at the points where a caller
+spends its time:
+  * inside a node (its backward, a hook, a callback): the node's error (Note [Errors]);
+  * while the thread waits in its queue (for a device worker, or for work a pool thread
+    sends back), or between two nodes (after a node's routing, before the next node runs):
+    the exception escapes ``_thread_main``'s loop, whose handler (``_abandon``) fails the
+    task in hand (the one whose node or continuation it cut off) and the task the loop
+    drives, then purges the queue and returns; the caller raises the interrupt from
+    ``error``, as any failure. Queued work of the task is dropped everywhere, a node of it
+    still running on a worker routes nothing, and nothing of it runs in a later backward;
+  * while the caller waits for a pool thread to leave its queue (a reentrant child past
+    ``max_recursion_depth``): the child fails with the interrupt and the pool thread is
+    woken (it may sleep in ``pop``); the caller then waits again, until the pool thread has
+    left, and only then raises. The pool thread leaves as soon as the node it runs returns.
+    Further KeyboardInterrupts in that second wait are absorbed (one is already the task's
+    error): returning while the pool thread still serves the queue would give it two
+    consumers (Note [Reentrant backward], Note [Continuation]).
+The guarantee does not cover an interrupt inside the engine's own bookkeeping (between
+taking a lock and entering its ``try``, inside a push, inside the handler itself): guarding
+every bytecode would cost every node. Reentrant children already running on other threads
+are GraphTasks of their own and finish normally; their parent drops what they return. Any
+other exception that escapes the loop of a thread driving a task (an engine bug) takes the
+same path; on a device worker, see Note [Errors]. tests/stress/test_interrupts.py delivers
+the interrupt at each of these points.
 
 Note [Reentrant backward]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
-A backward started while this thread runs a node (``tls.current_task`` is set) is reentrant.
-Its GraphTask gets ``owner_queue`` = the queue this thread serves, and priority depth one
-more than the enclosing one, so its tasks pop first. Then:
+A backward started while this thread runs a node (``tls.current_task`` is set: from a
+custom Function's backward, a hook, a reentrant checkpoint) is reentrant. Its GraphTask
+gets ``owner_queue`` = the queue this thread serves, and priority depth one more than the
+enclosing one, so its tasks pop first. Then:
   * below ``max_recursion_depth`` nested levels on this thread's stack, the thread drives
     the child inline (``_thread_main`` one frame deeper). While it waits for the child it
     keeps popping its queue, which may hold the parent's tasks too: running them is
     harmless and is what prevents the deadlock where the child waits for work that only
-    this thread could do;
+    this thread could do (the parent's cpu nodes and the child's share one queue);
   * at the limit, the child goes to a pool thread, which serves the same queue while this
-    thread blocks until the pool thread has left the queue. The pool thread starts with an empty Python stack,
-    so a 5,000-level chain never nears the interpreter's recursion limit.
-Depth is counted per thread (``tls.depth``: frames of nesting on this stack) and per task
-(``GraphTask.depth``: priority, inherited across a pool hop).
+    thread blocks until the pool thread has *left* the queue (an Event set when its
+    ``_thread_main`` returns), not merely until the child is done: a queue has one consumer
+    at a time. Waiting for the child's completion (a Future, then) let this thread pop again
+    while the pool thread still ran a parent task it had popped; when that task then
+    completed the parent, no wake-up was pushed (the completing thread served the owner
+    queue itself) and the caller slept forever. The single consumer is also what lets Note
+    [Continuation] read the queue's top without the lock. An interrupt in this wait: Note
+    [Interrupts].
+The pool thread starts with an empty Python stack, so a chain 5,000 levels deep never nears
+the interpreter's recursion limit: each level costs 9 frames (measured), so 40 levels use
+about 370 of the default 1,000. The pool grows when all its threads are busy (a deep chain
+needs one per ``max_recursion_depth`` levels), idle threads retire after
+``pool_idle_timeout``, and ``shutdown()`` joins them all. Depth is counted twice:
+``tls.depth`` (levels on this thread's stack, reset on a pool thread) decides when to hop;
+``GraphTask.depth`` (levels overall, inherited across a pool hop) orders the queues.
 
 Note [Continuation]
 ~~~~~~~~~~~~~~~~~~~
-When a node's routing makes a cpu successor ready and this thread serves the owner queue,
-the successor is not pushed: it is returned and run next, directly. Had it been pushed, it
-would have been popped next anyway when the queue is empty (the thread pops the highest
-priority task, and the queue has only it), so the order is the same, minus a heap push, a
-pop and a lock round trip per node (measured: chain backward -0.4 us/node). If the queue
-is not empty when the successor is about to run, it is pushed after all, so the priority
-order between queued tasks still decides. It is still counted in ``outstanding``, and a
-failed GraphTask drops it like any queued task (Note [Errors]).
+When a node's routing makes cpu successors ready and this thread serves the owner queue,
+the highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``)
+and the others are queued. Before running it, ``_thread_main`` compares its key with the
+queue's top: if a queued task comes first (``<=``: an equal key queued earlier pops first),
+the successor is pushed after all; else it runs at once. That is exactly the order a push
+and a pop would give (the thread pops the highest-priority task, and only this thread pops
+its queue, so the top cannot be taken away meanwhile), minus a heap push, a pop and a lock
+round trip per node. On a chain every node continues this way; on the wide graph of
+benchmarks/ the nodes of each branch do (they outrank the other branches' queued nodes,
+being recorded later): its backward went from 39,683 to 33,972 instructions per node
+(benchmarks/instructions.py). ``test_run_order_is_the_priority_schedule_on_random_graphs``
+checks the order against a simulated priority schedule. A failed GraphTask drops the
+successor like any queued task (Note [Errors]).
 
 Note [Streams]
 ~~~~~~~~~~~~~~
@@ -93,7 +166,7 @@ On devices with streams (cuda), kernels are queued asynchronously on a stream, a
 current stream is thread-local. The executor keeps PyTorch's contract:
   * a node's backward runs on the stream its forward ran on: ``record`` stores
     ``node.stream = (device, stream)``, and ``_call_function`` makes it current around
-    ``apply`` on whichever thread runs the node;
+    ``apply`` (hooks included) on whichever thread runs the node;
   * when a gradient produced on stream P goes into the input buffer of a node that runs on
     stream C != P, C first waits on an event recorded on P (``_sync_streams``), and the sum
     of gradients meeting in one buffer is computed on C, so the consumer never reads a
@@ -102,7 +175,8 @@ current stream is thread-local. The executor keeps PyTorch's contract:
     streams the leaf accumulations ran on, so the caller may use ``.grad`` at once.
 All of this is skipped unless a device with streams exists in the process
 (``devices.streams_in_use``, read once per GraphTask): cpu and virtual graphs pay one
-boolean test per node.
+boolean test per node. The logic is tested against a numpy-backed stand-in for cupy's
+stream and event API (tests/devices/fake_cupy.py; docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -170,6 +244,15 @@ class ReadyQueue:
             if entry[3] is _SHUTDOWN:
                 self.closed = True  # under the lock: no push can slip in after the last pop
             return entry
+
+    def close(self) -> list:
+        """Refuse every later push and return the tasks still queued (a worker that died
+        hands them back to be failed: Note [Errors])."""
+        with self._lock:
+            self.closed = True
+            entries = self._heap[:]
+            self._heap.clear()
+            return entries
 
     def purge(self, gt: Any) -> int:
         """Drop every task of ``gt``; return how many were dropped."""
@@ -265,23 +348,57 @@ def _add_note(e: BaseException, note: str) -> None:
 
 
 def _add_node_to_message(e: BaseException, node: Node | None) -> None:
-    """Name the failing node in the exception's message, once (nested backward re-raises)."""
-    if node is None or getattr(e, "_threadgrad_node", None) is not None:
+    """Name the failing node in the exception's message, once (nested backward re-raises).
+
+    Best effort: an exception whose ``args`` cannot be set, or that refuses attributes or
+    notes, keeps its message as raised. Nothing here may raise (Note [Errors])."""
+    if node is None:
         return
     try:
-        e._threadgrad_node = node.name()  # type: ignore[attr-defined]
-    except AttributeError:  # exceptions with __slots__ and no dict
-        return
-    suffix = f" [raised in {node.name()} during backward]"
-    if e.args and isinstance(e.args[0], str):
-        e.args = (e.args[0] + suffix,) + e.args[1:]
-    elif not e.args:
-        e.args = (suffix.strip(" []"),)
-    else:
-        _add_note(e, suffix.strip(" []"))
-    trace = node.__dict__.get("_metadata", {}).get("traceback_")
-    if trace is not None:
-        _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {node.name()}):\n" + "".join(trace))
+        if getattr(e, "_threadgrad_node", None) is not None:
+            return
+        name = node.name()
+        e._threadgrad_node = name  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - __slots__ and no dict, a __setattr__ that refuses, ...
+        return  # unmarked, a nested re-raise could name it twice: leave the message alone
+    suffix = f" [raised in {name} during backward]"
+    try:
+        args = e.args
+        if args and isinstance(args[0], str):
+            e.args = (args[0] + suffix,) + tuple(args[1:])
+        elif not args:
+            e.args = (suffix.strip(" []"),)
+        else:
+            _add_note(e, suffix.strip(" []"))
+    except Exception:  # noqa: BLE001 - a read-only ``args`` property, say
+        try:
+            _add_note(e, suffix.strip(" []"))
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        trace = node.__dict__.get("_metadata", {}).get("traceback_")
+        if trace is not None:
+            _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {name}):\n" + "".join(trace))
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _describe(e: BaseException) -> str:
+    """``repr(e)``, or its type's name when its repr raises."""
+    try:
+        return repr(e)
+    except Exception:  # noqa: BLE001
+        return f"<{type(e).__name__} (its repr raised)>"
+
+
+def _worker_lost(cause: BaseException) -> RuntimeError:
+    """The error of a GraphTask whose device worker died: names the thread, chains the cause."""
+    err = RuntimeError(
+        f"backward could not finish: engine thread {threading.current_thread().name} stopped on an "
+        f"internal error ({_describe(cause)}); the next backward starts a new one"
+    )
+    err.__cause__ = cause
+    return err
 
 
 def _all_none(grads: list) -> bool:
@@ -299,13 +416,21 @@ def _check_nan(node: Node, outputs: Any) -> None:
 
 class _Pool:
     """Reusable threads for reentrant overflow and backward_async. Grows when all are busy
-    (a reentrant chain needs one per hop), never shrinks until ``stop``."""
+    (a reentrant chain needs one per hop); a thread idle for ``idle_timeout()`` seconds
+    retires, and ``stop`` ends them all.
 
-    def __init__(self) -> None:
+    Hand-off and retirement are decided under one lock: ``submit`` counts on an idle thread
+    only while it is counted in ``_idle``, and a thread leaves that count only with the lock
+    held, after it has looked at ``_jobs`` once more. So a thread whose wait timed out while
+    a job was being handed to it takes the job instead of retiring: no job is ever left
+    behind with no thread to run it."""
+
+    def __init__(self, idle_timeout: Callable[[], float]) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._jobs: list[Callable[[], None]] = []
         self._idle = 0
         self._stopping = False
+        self._idle_timeout = idle_timeout
         self.threads: list[threading.Thread] = []
 
     def submit(self, job: Callable[[], None]) -> None:
@@ -314,7 +439,7 @@ class _Pool:
             if self._idle >= len(self._jobs):
                 self._cv.notify()
                 return
-            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{len(self.threads)}", daemon=True)
+            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{next(_pool_names)}", daemon=True)
             t.start()  # before it is listed, under the lock: stop() must never join an unstarted thread
             self.threads.append(t)
 
@@ -324,13 +449,24 @@ class _Pool:
             with self._cv:
                 while not self._jobs and not self._stopping:
                     self._idle += 1
-                    self._cv.wait()
-                    self._idle -= 1
+                    try:
+                        woken = self._cv.wait(self._idle_timeout())
+                    finally:
+                        self._idle -= 1
+                    if not woken and not self._jobs and not self._stopping:
+                        # Idle too long, and (under the lock) nothing was handed over meanwhile.
+                        self.threads.remove(threading.current_thread())
+                        return
                 if not self._jobs:
                     return
                 job = self._jobs.pop(0)
             job()
             job = None  # the finished job's closure holds its graph: drop it before waiting
+
+    def wake_idle(self) -> None:
+        """Make idle threads start their wait again (with a new ``idle_timeout()``)."""
+        with self._cv:
+            self._cv.notify_all()
 
     def stop(self) -> list[threading.Thread]:
         with self._cv:
@@ -339,11 +475,17 @@ class _Pool:
             return list(self.threads)
 
 
+_pool_names = itertools.count()
+
+
 class Engine:
     """The process-wide executor (``engine.get_engine()``).
 
     ``max_recursion_depth``: reentrant backward calls nest at most this many levels on one
     thread's stack before the next level moves to a pool thread (Note [Reentrant backward]).
+
+    ``pool_idle_timeout``: seconds a pool thread (reentrant overflow, ``backward_async``)
+    waits for work before it retires; setting it applies to threads already waiting.
     """
 
     def __init__(self) -> None:
@@ -352,7 +494,22 @@ class Engine:
         self.max_recursion_depth = 40
         self._lock = threading.Lock()
         self._workers: dict[devices.Device, tuple[ReadyQueue, threading.Thread]] = {}
-        self._pool = _Pool()
+        self._pool_idle_timeout = 30.0
+        self._pool = self._new_pool()
+
+    @property
+    def pool_idle_timeout(self) -> float:
+        return self._pool_idle_timeout
+
+    @pool_idle_timeout.setter
+    def pool_idle_timeout(self, seconds: float) -> None:
+        if not seconds >= 0:
+            raise ValueError(f"pool_idle_timeout must be a number of seconds >= 0, got {seconds!r}")
+        self._pool_idle_timeout = float(seconds)
+        self._pool.wake_idle()
+
+    def _new_pool(self) -> _Pool:
+        return _Pool(lambda: self._pool_idle_timeout)
 
     # -- threads ----------------------------------------------------------------------
     def _device_queue(self, device: devices.Device) -> ReadyQueue:
@@ -379,7 +536,22 @@ class Engine:
         except BaseException as e:  # noqa: BLE001 - never leave tasks in a queue nobody serves
             self._fail_all(q, device, e)
             return
-        self._thread_main(None)
+        try:
+            self._thread_main(None)
+        except BaseException as e:  # noqa: BLE001 - see Note [Errors]
+            self._worker_died(device, q, e)
+
+    def _worker_died(self, device: devices.Device, q: ReadyQueue, cause: BaseException) -> None:
+        """This device worker's own loop failed (an engine bug: its nodes' errors never get
+        here). Unlist it, so the next push starts a new worker, then fail every task it was
+        given, so no backward waits on a queue nobody serves. See Note [Errors]."""
+        with self._lock:
+            w = self._workers.get(device)
+            if w is not None and w[0] is q:
+                del self._workers[device]
+        for _, _, gt, _, _ in q.close():
+            if gt is not None:
+                self._fail(gt, _worker_lost(cause), None)
 
     def _fail_all(self, q: ReadyQueue, device: devices.Device, cause: BaseException) -> None:
         """Serve ``q`` by failing every GraphTask that sends work to it (the worker could not
@@ -390,7 +562,7 @@ class Engine:
                 if node is _SHUTDOWN:
                     return
                 continue
-            err = RuntimeError(f"the worker thread of {device} could not start: {cause!r}")
+            err = RuntimeError(f"the worker thread of {device} could not start: {_describe(cause)}")
             self._fail(gt, err, node)
             with gt.lock:
                 gt.outstanding -= 1
@@ -426,7 +598,7 @@ class Engine:
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
-            pool, self._pool = self._pool, _Pool()
+            pool, self._pool = self._pool, self._new_pool()
         for q, _ in workers:
             q.push(_SHUTDOWN_PRIO, None, _SHUTDOWN, None)
         threads = [t for _, t in workers] + pool.stop()
@@ -439,7 +611,7 @@ class Engine:
         # Threads do not survive fork; locks held by them at that moment would stay held.
         self._lock = threading.Lock()
         self._workers = {}
-        self._pool = _Pool()
+        self._pool = self._new_pool()
         tls.own_queue = None
         tls.local_queue = None
         tls.current_task = None
@@ -478,7 +650,17 @@ class Engine:
             # task it had popped, and a completion it then made woke no one: a hang.
             left = threading.Event()
             self._pool.submit(lambda: self._run_on_pool(gt, left))
-            left.wait()
+            try:
+                left.wait()
+            except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+                self._fail(gt, e, None)
+                gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
+                while True:  # it leaves once its current node returns; only then is q ours
+                    try:
+                        left.wait()
+                        break
+                    except KeyboardInterrupt:
+                        pass  # one interrupt is enough: it is already this task's error
             return
         prev_total = tls.total_depth
         tls.depth += 1
@@ -518,6 +700,7 @@ class Engine:
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
+        gt = None  # the task in hand, from its pop to the end of its node and continuations
         try:
             while wait_for is None or not wait_for.done:
                 if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
@@ -558,6 +741,11 @@ class Engine:
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 q.purge(wait_for)
+        except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+            self._abandon(wait_for, gt, e)
+            if wait_for is None:
+                raise  # a device worker's own loop failed: _device_worker takes over
+            q.purge(wait_for)
         finally:
             tls.grad_enabled, tls.current_task = saved[0], saved[4]
             if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
@@ -745,9 +933,21 @@ class Engine:
                 if gt.error is not None:
                     return
                 gt.error = e
-        _add_node_to_message(e, fn)
-        gt.done = True
-        self._wake_owner(gt)
+        try:
+            _add_node_to_message(e, fn)
+        finally:  # the error is claimed: whatever happens, the owner must learn of it
+            gt.done = True
+            self._wake_owner(gt)
+
+    def _abandon(self, wait_for: GraphTask | None, in_hand: GraphTask | None, e: BaseException) -> None:
+        """An exception escaped ``_thread_main``'s loop (outside any node: an interrupt at a
+        wait or between two nodes, or an engine bug). Fail the task whose node or continuation
+        it cut off, and the task the loop drives, so no thread waits for either and their
+        queued work is dropped. See Note [Interrupts]."""
+        if in_hand is not None and in_hand is not wait_for and not in_hand.done:
+            self._fail(in_hand, e if wait_for is not None else _worker_lost(e), None)
+        if wait_for is not None:
+            self._fail(wait_for, e, None)
 
     def _complete(self, gt: GraphTask) -> None:
         """See Note [Completion]."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -427,3 +428,202 @@ def test_fault_deep_in_a_reentrant_chain_that_crossed_to_pool_threads(device):
     finally:
         eng.max_recursion_depth = old
     assert_engine_usable()
+
+
+# --- the error path itself fails -------------------------------------------------------------
+
+class ReadOnlyArgs(Exception):
+    """``args`` is a read-only property: the node's name cannot go into the message."""
+
+    @property
+    def args(self):
+        return ("read-only args",)
+
+
+class RefusesAttributes(Exception):
+    def __setattr__(self, name, value):
+        raise TypeError("no attributes on this exception")
+
+
+class BadStr(Exception):
+    def __str__(self):
+        raise ValueError("__str__ raised")
+
+    def __repr__(self):
+        raise ValueError("__repr__ raised")
+
+
+class TwoArgs(Exception):
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+ODD_EXCEPTIONS = {
+    "read-only args": lambda: ReadOnlyArgs(),
+    "refuses attributes": lambda: RefusesAttributes("refused"),
+    "__str__ and __repr__ raise": lambda: BadStr("bad str"),
+    "constructor needs two arguments": lambda: TwoArgs("two args", 7),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", sorted(ODD_EXCEPTIONS))
+def test_an_exception_the_engine_cannot_annotate_still_reaches_the_caller(kind, device):
+    """Naming the node in the message is best effort: when the exception refuses it, the
+    caller still gets that exception object, and the worker survives (it used to die in
+    the error path, and backward waited forever)."""
+    made = []
+
+    class Raiser(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            made.append(ODD_EXCEPTIONS[kind]())
+            raise made[0]
+
+    assert_engine_usable()
+    workers_before = {(t.name, t.ident) for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-virtual")}
+    x = f64([1.0])
+    with pytest.raises(BaseException) as info:
+        ops.sum(Raiser.apply(ops.to(x, device))).backward()
+    assert info.value is made[0]
+    if kind == "constructor needs two arguments":
+        assert info.value.args == ("two args [raised in RaiserBackward during backward]",)
+        assert info.value.code == 7
+    if kind == "read-only args":  # named in a note instead
+        assert info.value.args == ("read-only args",)
+        assert getattr(info.value, "__notes__", None) == ["raised in RaiserBackward during backward"]
+    workers_after = {(t.name, t.ident) for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-virtual")}
+    assert workers_before <= workers_after, "a device worker died"
+    assert_engine_usable()
+
+
+@pytest.mark.timeout(60)
+def test_a_device_worker_that_dies_fails_its_task_and_the_next_backward_starts_a_new_one(monkeypatch):
+    """Workers catch every error of the nodes they run; should the worker's own loop fail
+    anyway (here: installing a task's state raises, as an engine bug would), the caller
+    gets a clear error instead of waiting forever, and the next backward gets a new worker."""
+    from threadgrad.engine import executor
+
+    assert_engine_usable()
+    eng = engine.get_engine()
+    old = [t for t in eng.worker_threads() if t.name == "threadgrad-virtual:1"]
+    assert len(old) == 1
+    real_install = executor._install
+    boom = MemoryError("injected: the worker's loop failed")
+
+    def install(gt):
+        if threading.current_thread() is old[0]:
+            raise boom
+        real_install(gt)
+
+    monkeypatch.setattr(executor, "_install", install)
+    x = f64([1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"engine thread threadgrad-virtual:1 stopped on an internal error \(MemoryError") as info:
+        ops.sum(ops.mul(ops.to(x, "virtual:1"), 2.0)).backward()
+    assert info.value.__cause__ is boom
+    old[0].join(10)
+    assert not old[0].is_alive()
+    monkeypatch.setattr(executor, "_install", real_install)
+    assert x.grad is None
+    assert_engine_usable()
+    new = [t for t in eng.worker_threads() if t.name == "threadgrad-virtual:1"]
+    assert len(new) == 1 and new[0] is not old[0] and new[0].is_alive()
+
+
+# --- pool threads retire when idle -----------------------------------------------------------
+
+@pytest.fixture
+def pool_timeout():
+    eng = engine.get_engine()
+    old_timeout, old_depth = eng.pool_idle_timeout, eng.max_recursion_depth
+    try:
+        yield eng
+    finally:
+        eng.pool_idle_timeout, eng.max_recursion_depth = old_timeout, old_depth
+
+
+def _pool_threads() -> list:
+    return [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-pool")]
+
+
+def _join_pool_threads(deadline_s: float) -> list:
+    """Wait (joins with a deadline, no polling) for the pool threads to end; the names left."""
+    deadline = time.monotonic() + deadline_s
+    for t in _pool_threads():
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in _pool_threads()]
+
+
+@pytest.mark.timeout(120)
+def test_idle_pool_threads_retire_after_the_idle_timeout(pool_timeout):
+    """40 backward_async calls held together in one node need 40 pool threads; once idle
+    for pool_idle_timeout seconds they retire (the pool used to keep them all for good),
+    and later calls start threads again."""
+    eng = pool_timeout
+    eng.pool_idle_timeout = 30.0
+    n = 40
+    together = threading.Barrier(n, timeout=30)
+
+    class HoldAll(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            together.wait()  # all n calls run at once: n pool threads
+            return g
+
+    leaves = [f64([float(i)]) for i in range(n)]
+    futures = [engine.backward_async(ops.sum(ops.mul(HoldAll.apply(x), 2.0))) for x in leaves]
+    for f in futures:
+        f.result(timeout=60)
+    assert [x.grad.tolist() for x in leaves] == [[2.0]] * n
+    assert len(_pool_threads()) >= n
+    eng.pool_idle_timeout = 0.05  # applies to the threads already waiting
+    assert _join_pool_threads(30) == [], "idle pool threads did not retire"
+    y = f64([3.0])
+    engine.backward_async(ops.sum(ops.mul(y, y))).result(timeout=30)
+    assert y.grad.tolist() == [6.0]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("timeout", [0.0, 1e-4])
+def test_retiring_pool_threads_never_drop_a_reentrant_hand_off(pool_timeout, timeout):
+    """With threads retiring as soon as they are idle, deep reentrant chains (a pool hop per
+    level) and backward_async calls from 4 threads all finish, exact: a thread whose wait
+    timed out while a job was handed to it takes the job instead of retiring."""
+    eng = pool_timeout
+    eng.pool_idle_timeout = timeout
+    eng.max_recursion_depth = 1
+
+    def body(i: int) -> list:
+        bad = []
+        for k in range(15):
+            x = f64([1.0])
+            loss = ops.sum(ops.mul(NestOrFail.apply(x, 6, None), float(k + 1)))
+            if k % 2:
+                engine.backward_async(loss).result(timeout=60)
+            else:
+                loss.backward()
+            if x.grad.tolist() != [float(k + 1)]:
+                bad.append((i, k, x.grad.tolist()))
+        return bad
+
+    results = run_threads(4, body, timeout=200)
+    assert [b for r in results for b in r] == []
+    eng.pool_idle_timeout = 0.01
+    assert _join_pool_threads(30) == []
+    assert_engine_usable()
+
+
+@pytest.mark.timeout(30)
+def test_pool_idle_timeout_rejects_a_negative_number():
+    with pytest.raises(ValueError, match="pool_idle_timeout must be a number of seconds >= 0, got -1"):
+        engine.get_engine().pool_idle_timeout = -1
