@@ -90,9 +90,12 @@ to it (``_fail_all``).
 Note [Interrupts]
 ~~~~~~~~~~~~~~~~~
 Ctrl-C raises KeyboardInterrupt in the main thread, between any two bytecodes it runs, or
-in a wait it is blocked in (a lock or condition wait returns early for a signal). Where it
-lands decides what it costs; the engine guarantees the outcome at the points where a caller
-spends its time:
+in a wait it is blocked in (a lock or condition wait returns early for a signal). A signal
+that arrives just before a blocking wait starts interrupts nothing, and CPython would run its
+handler only once the wait ends (for a long backward, when it is over): so the main thread
+waits in slices of ``SIGNAL_SLICE`` (50 ms) and takes such an interrupt at the end of the
+slice. Where it lands decides what it costs; the engine guarantees the outcome at the points
+where a caller spends its time:
   * inside a node (its backward, a hook, a callback): the node's error (Note [Errors]);
   * while the thread waits in its queue (for a device worker, or for work a pool thread
     sends back), or between two nodes (after a node's routing, before the next node runs):
@@ -196,6 +199,17 @@ from .tensor import disown, engine_sum
 _cpu = devices.cpu
 _next_tie = itertools.count().__next__
 
+# How long the main thread blocks at a time where it waits for other threads. CPython runs a
+# Python signal handler between bytecodes; a signal that arrives just before a blocking wait
+# (after the last check, before the wait starts) interrupts nothing and waits with it. Short
+# slices bound that delay for Ctrl-C; other threads take no signals and block for good.
+# See Note [Interrupts].
+SIGNAL_SLICE = 0.05
+
+
+def _signal_slice() -> float | None:
+    return SIGNAL_SLICE if threading.get_ident() == threading.main_thread().ident else None
+
 # Heap keys: smaller pops first. Wake-up (empty) tasks beat node tasks; node tasks pop
 # by higher reentrant depth, then by higher sequence_nr (the later forward op first).
 _WAKE_PRIO = -(1 << 61)
@@ -236,8 +250,9 @@ class ReadyQueue:
             if not heap:
                 self._waiters += 1
                 try:
+                    timeout = _signal_slice()
                     while not heap:
-                        self._cv.wait()
+                        self._cv.wait(timeout)
                 finally:
                     self._waiters -= 1
             entry = heapq.heappop(heap)
@@ -651,7 +666,9 @@ class Engine:
             left = threading.Event()
             self._pool.submit(lambda: self._run_on_pool(gt, left))
             try:
-                left.wait()
+                timeout = _signal_slice()
+                while not left.wait(timeout):
+                    pass
             except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
                 self._fail(gt, e, None)
                 gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop

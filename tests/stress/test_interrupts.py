@@ -155,6 +155,32 @@ def test_interrupt_while_waiting_for_a_device_worker_fails_the_task_and_drops_it
 
 
 @pytest.mark.timeout(60)
+def test_an_interrupt_pending_before_the_wait_is_taken_within_a_slice(sigint):
+    """A signal whose handler is pending when the main thread starts a blocking wait does not
+    interrupt that wait: CPython runs the handler only when the wait ends. _thread.interrupt_main
+    makes exactly that state (the handler pending, nothing wakes the wait). The main thread
+    waits in SIGNAL_SLICE slices, so the interrupt lands within one slice, not when the
+    worker is done (Note [Interrupts])."""
+    from threadgrad.engine.executor import SIGNAL_SLICE
+
+    x = f64([1.0, 2.0])
+    taken_in_time = []
+
+    def on_worker(g):
+        _thread.interrupt_main()
+        taken_in_time.append(sigint.wait(max(2.0, 40 * SIGNAL_SLICE)))
+
+    y = ops.to(x, "virtual:1")
+    y.register_hook(on_worker)
+    with pytest.raises(KeyboardInterrupt):
+        ops.sum(ops.mul(y, y)).backward()
+    engine.get_engine()  # the worker finishes its node and routes nothing
+    assert_exact_and_no_thread_stuck(bystanders=(x,))
+    assert taken_in_time == [True]
+    assert x.grad is None
+
+
+@pytest.mark.timeout(60)
 def test_interrupt_while_waiting_for_a_pool_thread_releases_it_before_raising(sigint, short_pool_timeout):
     """Past max_recursion_depth a reentrant child runs on a pool thread that serves the
     caller's queue while the caller waits; Ctrl-C lands in that wait. The child fails, the
