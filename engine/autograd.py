@@ -151,6 +151,13 @@ def _compute_dependencies_and_needed(gt: GraphTask, root: Node, must_run: set) -
 
 # Note [Needed nodes]
 # ~~~~~~~~~~~~~~~~~~~
+# As torch's exec_info: grad() captures the gradient arriving at each input's node, and the
+# node runs only if it is needed (on a path to another input); backward(inputs=) instead
+# makes each input's node needed (must_run), so it runs with its hooks. A single root is
+# torch's graph root (no dummy node above it): it is always evaluated, so its tensor hooks
+# and retains_grad run even when it is neither needed nor captured; _capture_and_call runs
+# only those for it, as for a captured node that is not needed.
+#
 # Where the graph ends (a node from which no edge leads on: a leaf's AccumulateGrad, or a
 # node whose inputs need no gradient), a node is needed only if it must run. Everywhere
 # else a node is needed if one of its successors is needed or captured. So when every end
@@ -262,12 +269,16 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
         must_run = set()
         for idx, t in enumerate(inputs):
             node, nr = gradient_edge(t)
-            if accumulate and t.grad_fn is None:
-                must_run.add(node)  # backward(inputs=leaf): run its AccumulateGrad
+            if accumulate:
+                # backward(inputs=): each input's node runs, as torch's (a leaf's AccumulateGrad;
+                # a non-leaf's grad_fn, whose retains_grad hook fills its .grad: see backward())
+                must_run.add(node)
             else:
                 gt.captures.setdefault(node, []).append((nr, idx))
         gt.captured = [None] * len(inputs)
         _compute_dependencies_and_needed(gt, root, must_run)
+        if len(edges) == 1 and edges[0][0] is not None and gt.runnable is not None:
+            gt.runnable.add(edges[0][0])  # the single root is always evaluated: Note [Needed nodes]
     else:
         _compute_dependencies(gt, root)
     eng.execute(gt, root)

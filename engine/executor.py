@@ -861,26 +861,35 @@ class Engine:
         return outputs
 
     def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
-        """grad()/backward(inputs=): record the requested gradients arriving at ``fn``
-        (after its tensor hooks, as PyTorch does), then run it only if it is needed."""
+        """grad()/backward(inputs=): run ``fn`` if it is needed, and record the requested
+        gradients arriving at it, as torch's evaluate_function does: a needed node's inputs
+        are captured before its tensor hooks (which then run with the node); a node that is
+        not needed (captured, or the single root: Note [Needed nodes] in autograd.py) runs
+        only its tensor hooks and retains_grad, and the capture takes their result."""
         needed = fn in gt.exec_info  # type: ignore[operator]
         caps = gt.captures.get(fn)  # type: ignore[union-attr]
-        if caps is None:
-            return self._call_function(gt, fn, inputs, True) if needed else None
+        if caps is None and needed:
+            return self._call_function(gt, fn, inputs, True)
         if type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # hooks and grad()'s caller see them: Note [Gradient ownership]
+        if caps is not None and gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+            gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
+        if needed:
+            for slot, idx in caps:  # type: ignore[union-attr]
+                gt.captured[idx] = inputs[slot]
+            return self._call_function(gt, fn, inputs, True)
         hooks = fn._hooks
-        if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
-            dev, stream = fn.stream
-            if hooks is not None:
+        if hooks is not None:
+            if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+                dev, stream = fn.stream
                 with dev.stream_context(stream):
                     inputs = hooks.run_tensor_pre(fn, inputs)
-            gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
-        elif hooks is not None:
-            inputs = hooks.run_tensor_pre(fn, inputs)
-        for slot, idx in caps:
-            gt.captured[idx] = inputs[slot]
-        return self._call_function(gt, fn, inputs, False) if needed else None
+            else:
+                inputs = hooks.run_tensor_pre(fn, inputs)
+        if caps is not None:
+            for slot, idx in caps:
+                gt.captured[idx] = inputs[slot]
+        return None
 
     def _route(self, gt: GraphTask, fn: Node, outputs: Any, may_defer: bool) -> tuple | None:
         """Send each output gradient to its successor's input buffer; queue the successors
