@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence, Union
 
 from .. import devices
 
+from ._locks import LOCKS
 from ._state import tls
 from .executor import GraphTask, _current_streams, get_engine
 from .graph import GraphRoot, Node
@@ -301,14 +302,14 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
     captured = _result(gt)
     if inp is not None and captured is not None:
         # Non-leaf inputs of backward(inputs=...) get their gradient in .grad, as in PyTorch.
-        from .tensor import accumulate_into, nonleaf_grad_lock
+        from .tensor import accumulate_into
 
         for t, g in zip(inp, captured):
             if g is not None and t.grad_fn is not None:
                 prev = tls.grad_enabled
                 tls.grad_enabled = create_graph
                 try:
-                    with nonleaf_grad_lock:
+                    with LOCKS.nonleaf_grad:
                         accumulate_into(t, g, copy=True)
                 finally:
                     tls.grad_enabled = prev

@@ -28,6 +28,7 @@ import threading
 import warnings
 from typing import Any, Callable, Sequence
 
+from ._locks import LOCKS
 from ._state import tls
 from .creation import get_rng_state, set_rng_state
 from .function import Function
@@ -112,7 +113,7 @@ def _rerun(fn: Callable, args: list, kwargs: dict, rng_state: Any) -> Any:
     if rng_state is None:
         with enable_grad():
             return fn(*args, **kwargs)
-    with _rng_fork_lock:
+    with LOCKS.rng_fork:  # forking the generator must not interleave between threads
         current = get_rng_state()
         set_rng_state(rng_state)
         try:
@@ -121,9 +122,6 @@ def _rerun(fn: Callable, args: list, kwargs: dict, rng_state: Any) -> Any:
         finally:
             set_rng_state(current)
 
-
-# Forking the generator (save, set, run, restore) must not interleave between threads.
-_rng_fork_lock = threading.RLock()
 
 
 # Note [Checkpoint re-run contract]

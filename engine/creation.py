@@ -11,11 +11,11 @@ The shape functions also take torch's keyword spellings: ``zeros(size=(2, 3))``,
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy
 
+from ._locks import LOCKS
 from .tensor import Tensor, _wrap, to_device, to_dtype
 
 _DEFAULT_FLOAT = numpy.dtype(numpy.float32)
@@ -279,32 +279,32 @@ def arange(*args: Any, start: Any = None, end: Any = None, step: Any = None, dty
 # --- random numbers ---------------------------------------------------------------------
 # One process-wide generator (like torch's default CPU generator), guarded by a lock because
 # numpy Generators are not thread-safe. Random arrays for other devices are drawn here and
-# moved, so one seed reproduces the same numbers on every device.
-_rng_lock = threading.Lock()
+# moved, so one seed reproduces the same numbers on every device. The lock is LOCKS.rng
+# (Note [Locks across fork] in _locks.py).
 _rng = numpy.random.Generator(numpy.random.PCG64(0))
 
 
 def manual_seed(seed: int) -> None:
     """Seed the generator behind rand, randn and dropout."""
     global _rng
-    with _rng_lock:
+    with LOCKS.rng:
         _rng = numpy.random.Generator(numpy.random.PCG64(int(seed)))
 
 
 def get_rng_state() -> dict:
     """A snapshot of the generator, for :func:`set_rng_state` (checkpointing uses this)."""
-    with _rng_lock:
+    with LOCKS.rng:
         return _rng.bit_generator.state
 
 
 def set_rng_state(state: dict) -> None:
-    with _rng_lock:
+    with LOCKS.rng:
         _rng.bit_generator.state = state
 
 
 def random_array(kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
     """Draw ``uniform`` / ``normal`` host samples of ``shape`` from the seeded generator."""
-    with _rng_lock:
+    with LOCKS.rng:
         if kind == "uniform":
             return _rng.random(shape, dtype=numpy.float64).astype(dtype, copy=False)
         return _rng.standard_normal(shape, dtype=numpy.float64).astype(dtype, copy=False)
