@@ -11,12 +11,12 @@ The shape functions also take torch's keyword spellings: ``zeros(size=(2, 3))``,
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy
 
+from ._locks import LOCKS
 from ._state import tls
 from .tensor import Tensor, _wrap, to_device, to_dtype
 
@@ -281,8 +281,8 @@ def arange(*args: Any, start: Any = None, end: Any = None, step: Any = None, dty
 # --- random numbers ---------------------------------------------------------------------
 # One process-wide generator (like torch's default CPU generator), guarded by a lock because
 # numpy Generators are not thread-safe. Random arrays for other devices are drawn here and
-# moved, so one seed reproduces the same numbers on every device.
-_rng_lock = threading.Lock()
+# moved, so one seed reproduces the same numbers on every device. The lock is LOCKS.rng
+# (Note [Locks across fork] in _locks.py).
 _rng = numpy.random.Generator(numpy.random.PCG64(0))
 
 # Note [Checkpointed random draws]
@@ -327,7 +327,7 @@ def _draw_noting_state(source: Any, kind: str, shape: tuple, dtype: Any) -> tupl
     """(the state the draw started from, the samples), from ``source`` (None: the global one)."""
     if source is not None:
         return source.draw(kind, shape, dtype)
-    with _rng_lock:
+    with LOCKS.rng:
         return _rng.bit_generator.state, _draw(_rng, kind, shape, dtype)
 
 
@@ -402,7 +402,7 @@ class DrawReplay:
 def _get_state(source: Any) -> dict:
     if source is not None:
         return source.get_state()
-    with _rng_lock:
+    with LOCKS.rng:
         return _rng.bit_generator.state
 
 
@@ -410,7 +410,7 @@ def _set_state(source: Any, state: dict) -> None:
     if source is not None:
         source.set_state(state)
         return
-    with _rng_lock:
+    with LOCKS.rng:
         _rng.bit_generator.state = state
 
 
@@ -419,7 +419,7 @@ def _seed(source: Any, seed: int) -> None:
     if source is not None:
         source.seed(seed)
         return
-    with _rng_lock:
+    with LOCKS.rng:
         _rng = numpy.random.Generator(numpy.random.PCG64(int(seed)))
 
 
@@ -469,7 +469,7 @@ def random_array(kind: str, shape: tuple, dtype: Any) -> numpy.ndarray:
     source = tls.rng_source
     if source is not None:
         return source.draw(kind, shape, dtype)[1]
-    with _rng_lock:
+    with LOCKS.rng:
         return _draw(_rng, kind, shape, dtype)
 
 

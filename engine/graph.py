@@ -17,6 +17,7 @@ import itertools
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ._locks import LOCKS
 from ._state import tls, used
 
 if TYPE_CHECKING:
@@ -42,18 +43,55 @@ EngineSum: Any = None
 _Tensor: Any = None
 
 
+# Note [Hook tables]
+# ~~~~~~~~~~~~~~~~~~
+# Hooks may be registered and removed on any thread while backward calls on other threads run
+# the same node's hooks. Every hook table (a dict) is therefore copy-on-write: it is never
+# changed once published; registering or removing builds a new dict and stores it in the
+# attribute that holds the table, under LOCKS.hooks, so that two registrations at once both
+# land (each reads the table the other wrote). A backward reads the attribute once and
+# iterates that dict: no lock, no copy, and a hook added meanwhile (even by a hook of the same
+# node) runs from the next backward on. The holders that a table lives in are made once and
+# never replaced (Node._hooks, Tensor._ext, a slot's HookTable), created under the same lock
+# when two threads may race to make them. The tables:
+#   NodeHooks.tensor_pre  {slot: HookTable}; HookTable.fns {key: fn(grad)}
+#   NodeHooks.retains_grad {slot: fn(grad)}
+#   NodeHooks.pre, .post  {key: fn}
+#   _TensorExt.post_acc   {key: fn(tensor)} (tensor.py)
+# A leaf's tensor hooks live in its own NodeHooks (its ``tensor_pre`` is {0: HookTable},
+# made once with its one slot), which its AccumulateGrad shares: share_tensor_hooks.
+
+_hook_keys = itertools.count().__next__  # atomic under the GIL, as _next_seq
+
+
+class HookTable:
+    """The tensor hooks of one input slot of a node: ``fns`` is a copy-on-write dict
+    ``{key: fn(grad)}`` (See Note [Hook tables]); the object itself is never replaced, so a
+    leaf and its AccumulateGrad can share it."""
+
+    __slots__ = ("fns",)
+
+    def __init__(self) -> None:
+        self.fns: dict = {}
+
+
 class RemovableHandle:
     """Returned by every ``register_*hook``; ``remove()`` unregisters the hook (idempotent)."""
 
-    __slots__ = ("_table", "_key")
-    _ids = itertools.count()
+    __slots__ = ("_holder", "_attr", "_key")
 
-    def __init__(self, table: dict) -> None:
-        self._table = table
-        self._key = next(RemovableHandle._ids)
+    def __init__(self, holder: Any, attr: str, key: int) -> None:
+        self._holder = holder  # the object whose attribute ``attr`` is the hook's table
+        self._attr = attr
+        self._key = key
 
     def remove(self) -> None:
-        self._table.pop(self._key, None)
+        with LOCKS.hooks:  # See Note [Hook tables]
+            table = getattr(self._holder, self._attr)
+            if self._key in table:
+                table = dict(table)
+                del table[self._key]
+                setattr(self._holder, self._attr, table)
 
     def __enter__(self) -> "RemovableHandle":
         return self
@@ -62,61 +100,102 @@ class RemovableHandle:
         self.remove()
 
 
-def share_tensor_hooks(acc: "Node", leaf_hooks: "NodeHooks") -> None:
-    """Make a leaf's tensor hooks (kept by the leaf, ``leaf_hooks``) run on its AccumulateGrad
-    ``acc``: the node's own NodeHooks shares the leaf's ``tensor_pre`` table. The node keeps its
-    own pre- and post-hooks (a tensor hook registered later must not drop them), and they die
-    with the node, as in torch, while the tensor hooks outlive it."""
-    acc._hooks_obj().tensor_pre = leaf_hooks.tensor_pre
+def _set_entry(holder: Any, attr: str, key: Any, value: Any) -> None:
+    """``getattr(holder, attr)[key] = value``, copy-on-write; the caller holds LOCKS.hooks."""
+    table = dict(getattr(holder, attr))
+    table[key] = value
+    setattr(holder, attr, table)
 
 
-def _add_hook(table: dict, fn: Callable) -> RemovableHandle:
+def _add_hook(holder: Any, attr: str, fn: Callable) -> RemovableHandle:
+    """Add ``fn`` to the table ``getattr(holder, attr)``, atomically (See Note [Hook tables])."""
     if not callable(fn):
         raise TypeError(f"hook must be callable, got {type(fn).__name__}")
-    handle = RemovableHandle(table)
-    table[handle._key] = fn
-    return handle
+    key = _hook_keys()
+    with LOCKS.hooks:
+        _set_entry(holder, attr, key, fn)
+    return RemovableHandle(holder, attr, key)
+
+
+def share_tensor_hooks(acc: "Node", leaf_hooks: "NodeHooks") -> None:
+    """Make a leaf's tensor hooks (kept by the leaf, ``leaf_hooks``) run on its AccumulateGrad
+    ``acc``: the node's own NodeHooks shares the leaf's ``tensor_pre`` table, which the leaf
+    never replaces (See Note [Hook tables]). The node keeps its own pre- and post-hooks (a
+    tensor hook registered later must not drop them), and they die with the node, as in
+    torch, while the tensor hooks outlive it. The caller holds LOCKS.acc (Note [Leaf hooks])."""
+    hooks = acc._hooks_obj()
+    with LOCKS.hooks:
+        hooks.tensor_pre = leaf_hooks.tensor_pre
+
+
+def tensor_hook_table(hooks: "NodeHooks", slot: int) -> HookTable:
+    """The HookTable of ``slot`` in ``hooks.tensor_pre``, made (once) if it has none."""
+    table = hooks.tensor_pre.get(slot)
+    if table is None:
+        with LOCKS.hooks:
+            table = hooks.tensor_pre.get(slot)
+            if table is None:
+                table = HookTable()
+                _set_entry(hooks, "tensor_pre", slot, table)
+    return table
+
+
+def set_retains_grad(hooks: "NodeHooks", slot: int, fn: Callable | None) -> Callable | None:
+    """Install ``fn`` as the retain_grad hook of ``slot`` (None: remove it); return the one
+    it replaces. Copy-on-write under LOCKS.hooks (See Note [Hook tables])."""
+    with LOCKS.hooks:
+        old = hooks.retains_grad.get(slot)
+        if fn is not None:
+            _set_entry(hooks, "retains_grad", slot, fn)
+        elif old is not None:
+            table = dict(hooks.retains_grad)
+            del table[slot]
+            hooks.retains_grad = table
+    return old
 
 
 class NodeHooks:
     """All hooks of one node. A node without hooks has ``_hooks = None``, so the executor
-    pays one attribute test per node when no hook exists anywhere."""
+    pays one attribute test per node when no hook exists anywhere. Every table is
+    copy-on-write: See Note [Hook tables]."""
 
     __slots__ = ("tensor_pre", "retains_grad", "pre", "post")
 
     def __init__(self) -> None:
-        self.tensor_pre: dict[int, dict] = {}  # input slot -> {key: fn(grad) -> grad|None}
+        self.tensor_pre: dict[int, HookTable] = {}  # input slot -> its tensor hooks
         self.retains_grad: dict[int, Callable] = {}  # input slot -> fn(grad), runs after tensor_pre
         self.pre: dict = {}  # {key: fn(grad_outputs) -> grad_outputs|None}
         self.post: dict = {}  # {key: fn(grad_inputs, grad_outputs) -> grad_inputs|None}
 
     def run_tensor_pre(self, node: "Node", grads: list) -> list:
-        """Tensor hooks, then retains_grad hooks (PyTorch's order; node pre-hooks come after)."""
-        if self.tensor_pre:
+        """Tensor hooks, then retains_grad hooks (PyTorch's order; node pre-hooks come after).
+        Each table is read once and never changes (See Note [Hook tables]): no copy."""
+        tensor_pre = self.tensor_pre
+        if tensor_pre:
             grads = list(grads)
-            for slot, table in self.tensor_pre.items():
-                for fn in list(table.values()):
+            for slot, table in tensor_pre.items():
+                for fn in table.fns.values():
                     g = grads[slot]
                     if g is None:
                         continue
                     new = fn(g)
                     if new is not None:
                         grads[slot] = _check_hook_result(fn, new, g, node)
-        for slot, fn in list(self.retains_grad.items()):
+        for slot, fn in self.retains_grad.items():
             if grads[slot] is not None:
                 fn(grads[slot])
         return grads
 
     def run_pre(self, node: "Node", grads: list) -> list:
         """Node pre-hooks: ``fn(grad_outputs)``, a non-None return replaces them."""
-        for fn in list(self.pre.values()):
+        for fn in self.pre.values():  # (a table never changes: See Note [Hook tables])
             new = fn(tuple(grads))
             if new is not None:
                 grads = _check_hook_results(fn, new, grads, node)
         return grads
 
     def run_post(self, node: "Node", grad_inputs: Sequence, grad_outputs: Sequence) -> Sequence:
-        for fn in list(self.post.values()):
+        for fn in self.post.values():  # (a table never changes: See Note [Hook tables])
             new = fn(tuple(grad_inputs), tuple(grad_outputs))
             if new is not None:
                 grad_inputs = _check_hook_results(fn, new, grad_inputs, node)
@@ -345,18 +424,22 @@ class Node:
 
     # -- hooks ------------------------------------------------------------------------
     def _hooks_obj(self) -> NodeHooks:
+        """This node's NodeHooks, made once (two threads registering at once get the same one)."""
         h = self._hooks
         if h is None:
-            h = self._hooks = NodeHooks()
+            with LOCKS.hooks:  # See Note [Hook tables]
+                h = self._hooks
+                if h is None:
+                    h = self._hooks = NodeHooks()
         return h
 
     def register_hook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_inputs, grad_outputs)`` runs after the node; a non-None return replaces grad_inputs."""
-        return _add_hook(self._hooks_obj().post, fn)
+        return _add_hook(self._hooks_obj(), "post", fn)
 
     def register_prehook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_outputs)`` runs before the node; a non-None return replaces grad_outputs."""
-        return _add_hook(self._hooks_obj().pre, fn)
+        return _add_hook(self._hooks_obj(), "pre", fn)
 
     # -- saved tensors ----------------------------------------------------------------
     def saved_tensors(self) -> tuple:
@@ -473,8 +556,8 @@ class AccumulateGrad(Node):
             with self._lock:
                 accumulate_into(var, g, owned)
             ext = var._ext
-            if ext is not None and ext.post_acc:
-                for fn in list(ext.post_acc.values()):
+            if ext is not None:
+                for fn in ext.post_acc.values():  # (never changes: See Note [Hook tables])
                     fn(var)
         return ()
 

@@ -20,8 +20,10 @@ import numpy
 from .. import devices
 from ..devices import Device
 
+from ._locks import LOCKS
 from ._state import tls
-from .graph import AccumulateGrad, NodeHooks, RemovableHandle, _add_hook, share_tensor_hooks
+from .graph import (AccumulateGrad, HookTable, NodeHooks, RemovableHandle, _add_hook, _set_entry,
+                    share_tensor_hooks, tensor_hook_table)
 
 _cpu = devices.cpu
 
@@ -33,7 +35,7 @@ class _TensorExt:
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
-        self.post_acc: dict = {}
+        self.post_acc: dict = {}  # copy-on-write: See Note [Hook tables] in graph.py
         self.retains_grad = False
         self.detached = False  # a detach() alias: shares the version counter, is no view for autograd
 
@@ -172,9 +174,13 @@ class Tensor:
         return self._ext is not None and self._ext.retains_grad
 
     def _ext_obj(self) -> _TensorExt:
+        """This tensor's _TensorExt, made once (two threads registering hooks at once get the same one)."""
         e = self._ext
         if e is None:
-            e = self._ext = _TensorExt()
+            with LOCKS.hooks:  # See Note [Hook tables] in graph.py
+                e = self._ext
+                if e is None:
+                    e = self._ext = _TensorExt()
         return e
 
     def retain_grad(self) -> None:
@@ -186,31 +192,51 @@ class Tensor:
         ext = self._ext_obj()
         if ext.retains_grad:
             return
-        ext.retains_grad = True
+        hooks = self.grad_fn._hooks_obj()
         ref = weakref.ref(self)
 
         def retain(grad: Tensor) -> None:
             t = ref()
             if t is not None:
-                with nonleaf_grad_lock:  # concurrent backward calls may reach t at once
+                with LOCKS.nonleaf_grad:  # concurrent backward calls may reach t at once
                     accumulate_into(t, grad)
 
-        self.grad_fn._hooks_obj().retains_grad[self._output_nr] = retain
+        with LOCKS.hooks:  # one retain hook however many threads call this at once
+            if ext.retains_grad:
+                return
+            _set_entry(hooks, "retains_grad", self._output_nr, retain)  # See Note [Hook tables]
+            ext.retains_grad = True
 
     def register_hook(self, fn: Callable[["Tensor"], "Tensor | None"]) -> RemovableHandle:
         """``fn(grad)`` runs when this tensor's gradient is computed; a returned Tensor replaces it."""
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
-            hooks = self.grad_fn._hooks_obj()
-            return _add_hook(hooks.tensor_pre.setdefault(self._output_nr, {}), fn)
+            return _add_hook(tensor_hook_table(self.grad_fn._hooks_obj(), self._output_nr), "fns", fn)
         ext = self._ext_obj()
-        if ext.hooks is None:
-            ext.hooks = NodeHooks()
-        acc = self._acc() if self._acc is not None else None
-        if acc is not None:
-            share_tensor_hooks(acc, ext.hooks)  # next to any hooks of the node itself
-        return _add_hook(ext.hooks.tensor_pre.setdefault(0, {}), fn)
+        leaf_hooks = ext.hooks
+        if leaf_hooks is None:
+            leaf_hooks = self._make_leaf_hooks(ext)
+        return _add_hook(leaf_hooks.tensor_pre[0], "fns", fn)
+
+    # Note [Leaf hooks]
+    # ~~~~~~~~~~~~~~~~~
+    # A leaf's tensor hooks must run on its AccumulateGrad, whether that node is made before
+    # the first hook (then the hook registration shares its table with the node) or after
+    # (then AccumulateGrad.__init__ does). Both happen under LOCKS.acc, the lock
+    # grad_accumulator makes the node under, so one of them always sees the other: the
+    # registration sees ``_acc`` set, or the node's __init__ sees ``ext.hooks`` set.
+    def _make_leaf_hooks(self, ext: _TensorExt) -> NodeHooks:
+        with LOCKS.acc:  # See Note [Leaf hooks]
+            leaf_hooks = ext.hooks
+            if leaf_hooks is None:
+                leaf_hooks = NodeHooks()
+                leaf_hooks.tensor_pre = {0: HookTable()}  # its one slot, never replaced
+                ext.hooks = leaf_hooks
+                acc = self._acc() if self._acc is not None else None
+                if acc is not None:
+                    share_tensor_hooks(acc, leaf_hooks)  # next to any hooks of the node itself
+        return leaf_hooks
 
     def register_post_accumulate_grad_hook(self, fn: Callable[["Tensor"], None]) -> RemovableHandle:
         """``fn(tensor)`` runs after a gradient was accumulated into this leaf's ``.grad``."""
@@ -218,7 +244,7 @@ class Tensor:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        return _add_hook(self._ext_obj().post_acc, fn)
+        return _add_hook(self._ext_obj(), "post_acc", fn)
 
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
@@ -270,7 +296,7 @@ class Tensor:
         if len(vc) == 1:
             # Mark this tensor as the root of the shared counter now, so that the alias never
             # becomes one (Note [Views and in-place] in ops/_core.py).
-            with view_lock:
+            with LOCKS.view:
                 if len(vc) == 1:
                     vc.append(weakref.ref(self))
         t._vc = vc
@@ -355,12 +381,13 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
     """The leaf's AccumulateGrad, created on first use and kept weakly by the leaf.
 
     Creation races between threads are benign only if both get the same node, so the
-    check-and-set runs under the accumulator-creation lock.
+    check-and-set runs under the accumulator-creation lock (which also orders it against a
+    leaf's first tensor hook: See Note [Leaf hooks]).
     """
     ref = t._acc
     acc = ref() if ref is not None else None
     if acc is None:
-        with _acc_lock:
+        with LOCKS.acc:
             ref = t._acc
             acc = ref() if ref is not None else None
             if acc is None:
@@ -369,16 +396,6 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
                     acc.stream = (t.device, t.device.current_stream())  # See Note [Streams]
                 t._acc = weakref.ref(acc)
     return acc
-
-
-import threading as _threading  # noqa: E402
-
-_acc_lock = _threading.Lock()
-# Held while adding into a non-leaf's .grad (retain_grad, backward(inputs=[non_leaf])): the
-# role AccumulateGrad's lock plays for leaves. accumulate_into's in-place add releases the GIL
-# on large arrays, so without it concurrent backward calls lose updates.
-nonleaf_grad_lock = _threading.Lock()
-view_lock = _threading.Lock()  # guards the one-time marking of a version counter's root (ops/_core.py)
 
 
 def gradient_edge(t: Tensor) -> tuple:

@@ -44,7 +44,7 @@ from ..engine._state import tls  # noqa: F401
 from ..engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
 from ..engine.graph import Node  # noqa: F401
 from ..engine.tensor import Tensor, WrappedNumber, _wrap
-from ..engine.tensor import view_lock as _view_lock  # guards the one-time marking of a root
+from ..engine._locks import LOCKS  # read at use: See Note [Locks across fork] in engine/_locks.py
 
 REGISTRY: dict[str, Callable[..., Any]] = {}
 
@@ -277,7 +277,7 @@ def share_version(out: Tensor, x: Tensor) -> None:
     A view of a detach() alias is outside the graph as the alias is, and marked so too."""
     vc = x._vc
     if len(vc) == 1:
-        with _view_lock:  # first view of x only: two threads must not both append
+        with LOCKS.view:  # first view of x only: two threads must not both append
             if len(vc) == 1:
                 vc.append(weakref.ref(x))
     out._vc = vc

@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import numpy
 
+from ..engine.graph import set_retains_grad
 from ..engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
@@ -175,9 +176,9 @@ def _take_history(t: Tensor, result: Tensor) -> None:
     old_fn, old_nr = t.grad_fn, t._output_nr
     t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
     if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
-        retain = old_fn._hooks.retains_grad.pop(old_nr, None)
+        retain = set_retains_grad(old_fn._hooks, old_nr, None)
         if retain is not None:
-            t.grad_fn._hooks_obj().retains_grad[t._output_nr] = retain
+            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
 
 
 def _bump(self: Tensor, recorded: bool = False) -> None:
