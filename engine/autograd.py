@@ -277,8 +277,12 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
                 gt.captures.setdefault(node, []).append((nr, idx))
         gt.captured = [None] * len(inputs)
         _compute_dependencies_and_needed(gt, root, must_run)
-        if len(edges) == 1 and edges[0][0] is not None and gt.runnable is not None:
-            gt.runnable.add(edges[0][0])  # the single root is always evaluated: Note [Needed nodes]
+        if len(edges) == 1 and edges[0][0] is not None:
+            # The single root is always evaluated (Note [Needed nodes]): as a capture point with
+            # nothing to capture, it reaches _capture_and_call, never the executor's fast path.
+            gt.captures.setdefault(edges[0][0], [])
+            if gt.runnable is not None:
+                gt.runnable.add(edges[0][0])
     else:
         _compute_dependencies(gt, root)
     eng.execute(gt, root)

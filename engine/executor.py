@@ -872,7 +872,7 @@ class Engine:
             return self._call_function(gt, fn, inputs, True)
         if type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # hooks and grad()'s caller see them: Note [Gradient ownership]
-        if caps is not None and gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+        if caps and gt.uses_streams and fn.stream is not None:  # See Note [Streams]
             gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
         if needed:
             for slot, idx in caps:  # type: ignore[union-attr]
@@ -886,9 +886,8 @@ class Engine:
                     inputs = hooks.run_tensor_pre(fn, inputs)
             else:
                 inputs = hooks.run_tensor_pre(fn, inputs)
-        if caps is not None:
-            for slot, idx in caps:
-                gt.captured[idx] = inputs[slot]
+        for slot, idx in caps or ():
+            gt.captured[idx] = inputs[slot]
         return None
 
     def _route(self, gt: GraphTask, fn: Node, outputs: Any, may_defer: bool) -> tuple | None:

@@ -626,7 +626,6 @@ def test_checkpoint_sequential_warns_if_use_reentrant_not_passed_explcitly():
         engine.checkpoint_sequential(layers, 3, a)
 
 
-@pytest.mark.xfail(strict=True, reason="the non-determinism error says 'the recomputation of fn in backward saved 2 tensors ... where the forward saved 3', not torch's 'A different number of tensors was saved'")
 def test_checkpoint_detects_non_determinism():
     """Port of test_autograd.py TestAutograd.test_checkpoint_detects_non_determinism (the first
     case: the recomputation saves fewer tensors)."""

@@ -736,7 +736,6 @@ def test_numpy_requires_grad():
         x.numpy()
 
 
-@pytest.mark.xfail(strict=True, reason="missing API: Function.setup_context (forward without ctx) is not supported; forward gets ctx as its first argument")
 def test_custom_function_setup_context_simple():
     """Port of test_autograd.py TestAutograd.test_custom_function_setup_context_simple."""
     class MySquare(engine.Function):

@@ -92,7 +92,6 @@ def test_hook_with_no_name():
     x.sum().backward()
 
 
-@pytest.mark.xfail(strict=True, reason="backward(inputs=[non-leaf]) runs the captured tensor's hooks but not its grad_fn's pre-hooks")
 def test_prehook_ordering():
     """Port of test_autograd.py TestAutograd.test_prehook_ordering."""
     log = []

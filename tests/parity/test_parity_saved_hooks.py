@@ -214,7 +214,6 @@ def test_save_on_cpu_and_checkpoint():
     assert_equal(d_grad, b_grad)
 
 
-@pytest.mark.xfail(strict=True, reason="a pack hook that modifies its input in place is not detected (no 'A saved tensor pack hook is modifying its input in place.')")
 def test_pack_hook_with_inplace_modification_should_fail():
     """Port of test_autograd.py TestAutograd.test_pack_hook_with_inplace_modification_should_fail
     (the saved_tensors_hooks half)."""
@@ -248,7 +247,6 @@ def test_saving_variable_to_disk():
             assert_equal(a.grad, 2 * arr(a))
 
 
-@pytest.mark.xfail(strict=True, reason="under create_graph the tensor an unpack hook returns keeps its own history (the pack hook's 2 * x) instead of standing for the saved tensor: a.grad is 6*8*a, not 6*2*a")
 def test_default_saved_tensors_hooks_double_backward():
     """Port of test_autograd.py TestAutograd.test_default_saved_tensors_hooks_double_backward."""
     with engine.saved_tensors_hooks(lambda x: x, lambda x: x):
@@ -280,7 +278,6 @@ def test_default_saved_tensors_hooks_double_backward():
         assert_equal(a.grad, 6 * 8 * arr(a))
 
 
-@pytest.mark.xfail(strict=True, reason="a Python number operand (a * 3) goes through the saved-tensor pack hook; torch exempts wrapped numbers")
 def test_wrapped_number_saved_tensors_hooks():
     """Port of test_autograd.py TestAutograd.test_wrapped_number_saved_tensors_hooks."""
     def err_hook(x):

@@ -285,7 +285,6 @@ def _g(x):
     return x.sin()
 
 
-@pytest.mark.xfail(strict=True, reason="a checkpointed function that itself calls engine.grad(create_graph=True) fails: the recomputation saves more tensors than forward and raises CheckpointError")
 @pytest.mark.parametrize("fn", [_f, _g], ids=["f", "g"])
 def test_nested_checkpoint(fn):
     """Port of test_autograd.py TestNestedCheckpoint.test_nested_checkpoint."""
