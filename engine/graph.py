@@ -176,10 +176,11 @@ class NodeHooks:
             for slot, table in tensor_pre.items():
                 for fn in table.fns.values():
                     g = grads[slot]
-                    if g is None:
-                        continue
-                    new = fn(g)
+                    new = fn(g)  # with None too, where no gradient arrived, as torch calls them
                     if new is not None:
+                        if g is None:
+                            raise RuntimeError(f"hook '{_hook_name(fn)}' on {node.name()}: can't replace a None "
+                                               f"gradient with a non-None value (got {type(new).__name__})")
                         grads[slot] = _check_hook_result(fn, new, g, node)
         for slot, fn in self.retains_grad.items():
             if grads[slot] is not None:
@@ -547,18 +548,20 @@ class AccumulateGrad(Node):
             share_tensor_hooks(self, ext.hooks)
 
     def apply(self, grads: list) -> tuple:
+        """Accumulate into the leaf's .grad, then run its post-accumulate-grad hooks (also when
+        no gradient arrived, as torch does; the executor calls this node with None then)."""
         g = grads[0]
+        var = self.variable
         if g is not None:
-            var = self.variable
             owned = type(g) is EngineSum and g.owner is self  # See Note [Gradient ownership] (tensor.py)
             if owned:
                 g.owner = None
             with self._lock:
                 accumulate_into(var, g, owned)
-            ext = var._ext
-            if ext is not None:
-                for fn in ext.post_acc.values():  # (never changes: See Note [Hook tables])
-                    fn(var)
+        ext = var._ext
+        if ext is not None:
+            for fn in ext.post_acc.values():  # (never changes: See Note [Hook tables])
+                fn(var)
         return ()
 
     def release_variables(self) -> None:

@@ -32,7 +32,7 @@ class ThreadgradBackend:
     def __init__(self) -> None:
         from threadgrad import engine, ops
         self.engine, self.ops = engine, ops
-        self.RTanh, self.RMul, self.Fault = _functions(engine.Function, engine.grad, engine.enable_grad,
+        self.RTanh, self.RMul, self.Fault, self.Tie = _functions(engine.Function, engine.grad, engine.enable_grad,
                                                        ops.tanh, ops.mul)
 
     def tensor(self, values: Any, requires_grad: bool) -> Any:
@@ -85,7 +85,7 @@ class TorchBackend:
         import torch
         import torch.utils.checkpoint
         self.torch = torch
-        self.RTanh, self.RMul, self.Fault = _functions(torch.autograd.Function, torch.autograd.grad,
+        self.RTanh, self.RMul, self.Fault, self.Tie = _functions(torch.autograd.Function, torch.autograd.grad,
                                                        torch.enable_grad, torch.tanh, torch.mul)
 
     def tensor(self, values: Any, requires_grad: bool) -> Any:
@@ -180,4 +180,19 @@ def _functions(Function: type, grad: Callable, enable_grad: Callable, tanh: Call
         def backward(ctx, g):
             raise_fault(ctx.kind)
 
-    return RTanh, RMul, Fault
+    class Tie(Function):
+        """The reentrant checkpoint's node, modelled plainly: the identity on the body's
+        result, with an edge to each of the checkpoint's arguments that carries no gradient.
+        The body's own graph gives the arguments it uses their gradients; an argument the body
+        ignores is still reached, with None, as through the real checkpoint node (its tensor
+        hooks run with None, as torch's)."""
+
+        @staticmethod
+        def forward(ctx, out, *args):
+            return out.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g,) + (None,) * (len(ctx.needs_input_grad) - 1)
+
+    return RTanh, RMul, Fault, Tie

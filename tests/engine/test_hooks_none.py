@@ -1,0 +1,75 @@
+"""Hooks where no gradient arrives, as torch 2.13 calls them (issue 17 A(1), H): a tensor hook
+on an output that gets no gradient, and a leaf's hooks when its incoming gradient is None, are
+called with None; a leaf's post-accumulate-grad hooks run then too (with .grad unchanged)."""
+from __future__ import annotations
+
+import pytest
+
+from threadgrad import engine, ops
+
+
+def test_tensor_hook_on_an_output_without_gradient_is_called_with_none():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    p0, p1 = ops.split(x, 1)
+    log = []
+    p0.register_hook(lambda g: log.append(g))
+    p1.sum().backward()
+    assert log == [None]
+    assert x.grad.tolist() == [0.0, 1.0]
+
+
+class _FirstOnly(engine.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * 1.0 + b * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+def test_leaf_hooks_run_with_none_and_grad_stays_none():
+    a = engine.tensor([1.0], requires_grad=True)
+    b = engine.tensor([1.0], requires_grad=True)
+    log = []
+    b.register_hook(lambda g: log.append(("hook", g)))
+    b.register_post_accumulate_grad_hook(lambda t: log.append(("post", t.grad)))
+    _FirstOnly.apply(a, b).sum().backward()
+    assert log == [("hook", None), ("post", None)]
+    assert b.grad is None and a.grad.tolist() == [1.0]
+
+
+def test_post_accumulate_hook_with_none_on_a_device_leaf():
+    a = engine.tensor([1.0], device="virtual:1", requires_grad=True)
+    b = engine.tensor([1.0], device="virtual:1", requires_grad=True)
+    log = []
+    b.register_post_accumulate_grad_hook(lambda t: log.append(t.grad))
+    _FirstOnly.apply(a, b).sum().backward()
+    assert log == [None] and a.grad.tolist() == [1.0]
+
+
+def test_a_hook_may_not_replace_a_none_gradient():
+    """torch: "can't replace a None gradient with a non-None value"."""
+    c = engine.tensor([1.0, 2.0], requires_grad=True)
+    q0, q1 = ops.split(c, 1)
+    q0.register_hook(lambda g: engine.ones(1))
+    with pytest.raises(RuntimeError, match="can't replace a None gradient with a non-None value"):
+        q1.sum().backward()
+
+
+def test_retain_grad_with_no_gradient_keeps_none():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    p0, p1 = ops.split(x, 1)
+    p0.retain_grad()
+    p1.sum().backward()
+    assert p0.grad is None
+
+
+def test_node_hooks_see_none_slots():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    p0, p1 = ops.split(x, 1)
+    log = []
+    p0.grad_fn.register_prehook(lambda go: log.append(("pre", [None if g is None else g.tolist() for g in go])))
+    p0.grad_fn.register_hook(lambda gi, go: log.append(("post", [g.tolist() for g in gi])))
+    p1.sum().backward()
+    assert log == [("pre", [None, [1.0]]), ("post", [[0.0, 1.0]])]
