@@ -392,6 +392,11 @@ class Node:
     __slots__ = ("next_edges", "sequence_nr", "_saved", "_saved_ver", "__dict__", "__weakref__")
 
     num_inputs = 1  # gradients this node takes = outputs of its forward op
+    # When no gradient arrives at all, the executor skips a node's backward (its outputs are
+    # undefined too, as torch's built-in formulas give) unless this is True: a leaf's
+    # AccumulateGrad (its hooks run) and custom Functions (torch calls their backward, with
+    # zeros, or with None after set_materialize_grads(False)).
+    runs_without_gradients = False
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]
@@ -535,6 +540,7 @@ class AccumulateGrad(Node):
     """
 
     __slots__ = ("variable", "_lock")
+    runs_without_gradients = True
 
     def __init__(self, variable: "Tensor") -> None:
         self.variable = variable

@@ -73,3 +73,58 @@ def test_node_hooks_see_none_slots():
     p0.grad_fn.register_hook(lambda gi, go: log.append(("post", [g.tolist() for g in gi])))
     p1.sum().backward()
     assert log == [("pre", [None, [1.0]]), ("post", [[0.0, 1.0]])]
+
+
+class _TwoOut(engine.Function):
+    log: list = []
+
+    @staticmethod
+    def forward(ctx, a):
+        return a * 2, a * 3
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        _TwoOut.log.append((g1.tolist(), g2.tolist()))
+        return g1 * 2 + g2 * 3
+
+
+class _Drop(engine.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return b * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, g
+
+
+def test_custom_backward_runs_with_zeros_when_no_gradient_arrives():
+    """torch runs a custom Function's backward even when none of its outputs got a gradient
+    (materialized as zeros), so its inputs get zero gradients, not None."""
+    _TwoOut.log = []
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = engine.tensor([1.0], requires_grad=True)
+    u, v = _TwoOut.apply(x)
+    _Drop.apply(u, y).sum().backward()
+    assert _TwoOut.log == [([0.0, 0.0], [0.0, 0.0])]
+    assert x.grad.tolist() == [0.0, 0.0] and y.grad.tolist() == [1.0]
+
+
+def test_custom_backward_gets_none_without_materialize():
+    seen = []
+
+    class G(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.set_materialize_grads(False)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(g)
+            return None if g is None else g * 2
+
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    y = engine.tensor([1.0], requires_grad=True)
+    _Drop.apply(G.apply(x), y).sum().backward()
+    assert seen == [None] and x.grad is None
