@@ -567,7 +567,11 @@ class AccumulateGrad(Node):
         ext = var._ext
         if ext is not None:
             for fn in ext.post_acc.values():  # (never changes: See Note [Hook tables])
-                fn(var)
+                out = fn(var)
+                if out is not None:  # torch's words and types
+                    if not isinstance(out, _Tensor):
+                        raise TypeError(f"expected Variable, but hook returned '{type(out).__name__}'")
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
         return ()
 
     def release_variables(self) -> None:

@@ -128,3 +128,14 @@ def test_custom_backward_gets_none_without_materialize():
     y = engine.tensor([1.0], requires_grad=True)
     _Drop.apply(G.apply(x), y).sum().backward()
     assert seen == [None] and x.grad is None
+
+
+def test_post_accumulate_hook_returning_a_value_raises_torchs_errors():
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    h = x.register_post_accumulate_grad_hook(lambda t: t.grad)
+    with pytest.raises(RuntimeError, match="Tensor post accumulate grad hooks should return None."):
+        x.sum().backward()
+    h.remove()
+    x.register_post_accumulate_grad_hook(lambda t: 1)
+    with pytest.raises(TypeError, match="expected Variable, but hook returned 'int'"):
+        x.sum().backward()

@@ -611,7 +611,6 @@ def test_post_accumulate_grad_hook_multiple_tensors():
     assert_equal(tensor2, tensor2_ref - 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="a post-accumulate-grad hook that returns a value is accepted silently instead of raising")
 def test_post_accumulate_grad_hook_returns_not_None():
     """Port of test_autograd.py TestAutograd.test_post_accumulate_grad_hook_returns_not_None."""
     tensor = rand(2, 3, requires_grad=True)
