@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as _np
 
 from .anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
-from .autograd import backward, backward_async, grad, grad_async, queue_callback
+from .autograd import backward, backward_async, grad, grad_async, queue_callback, register_multi_grad_hook
 from .creation import (arange, empty, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
                        zeros_like, empty_like, full_like)
 from .executor import Engine, get_engine
@@ -38,7 +38,7 @@ __all__ = [
     "Tensor", "Node", "AccumulateGrad", "RemovableHandle", "Engine", "get_engine",
     "tensor", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
     "rand", "randn", "arange", "manual_seed",
-    "backward", "grad", "backward_async", "grad_async", "queue_callback",
+    "backward", "grad", "backward_async", "grad_async", "queue_callback", "register_multi_grad_hook",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "gradcheck", "gradgradcheck",
     "Function", "FunctionCtx", "once_differentiable", "checkpoint", "checkpoint_sequential", "CheckpointError",

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
 
@@ -445,3 +447,74 @@ def queue_callback(fn: Callable[[], None]) -> None:
         raise TypeError(f"queue_callback needs a callable, got {type(fn).__name__}")
     with gt.lock:
         gt.final_callbacks.append(fn)
+
+
+class _MultiHandle:
+    """The handle of :func:`register_multi_grad_hook`: ``remove()`` removes every tensor hook."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles: list) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def __enter__(self) -> "_MultiHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def register_multi_grad_hook(tensors: Sequence[Tensor], fn: Callable, *, mode: str = "all") -> _MultiHandle:
+    """torch.autograd.graph.register_multi_grad_hook: one hook over several tensors.
+
+    ``mode="all"``: ``fn(grads)`` runs once per backward call that computes a gradient for
+    any of ``tensors``, with one entry per tensor (None for those the call did not reach). It
+    runs as a final callback of that call (``queue_callback``), after every node; torch runs it
+    as soon as the last of these gradients is computed, so only its order relative to other
+    hooks differs. ``mode="any"``: ``fn(grad)`` runs with the first of these gradients each
+    backward call computes. Safe with concurrent backward calls: each call has its own state.
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
+    tensors = tuple(tensors)
+    lock = threading.Lock()
+    handles = []
+    if mode == "all":
+        pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphTask -> grads
+
+        def fire(gt: GraphTask) -> None:
+            with lock:
+                grads = pending.pop(gt)
+            fn(tuple(grads))
+
+        def make(i: int) -> Callable:
+            def hook(g: Any) -> None:
+                gt = tls.current_task
+                with lock:
+                    grads = pending.get(gt)
+                    first = grads is None
+                    if first:
+                        grads = pending[gt] = [None] * len(tensors)
+                    grads[i] = g
+                if first:
+                    queue_callback(lambda: fire(gt))
+            return hook
+
+        handles = [t.register_hook(make(i)) for i, t in enumerate(tensors)]
+    else:
+        fired: weakref.WeakSet = weakref.WeakSet()  # GraphTasks that ran fn already
+
+        def hook_any(g: Any) -> None:
+            gt = tls.current_task
+            with lock:
+                if gt in fired:
+                    return
+                fired.add(gt)
+            fn(g)
+
+        handles = [t.register_hook(hook_any) for t in tensors]
+    return _MultiHandle(handles)

@@ -201,3 +201,55 @@ def test_function_returning_a_gradient_for_a_non_tensor_argument_raises():
     x = engine.tensor([1.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="returned a gradient different than None at position 1"):
         F.apply(x, 2.0).sum().backward()
+
+
+def test_multi_grad_hook_all_gets_none_for_tensors_not_reached():
+    """torch.autograd.graph.register_multi_grad_hook(mode="all"), values as torch 2.13's."""
+    a = engine.tensor([1.0, 2.0], requires_grad=True)
+    b = engine.tensor([3.0], requires_grad=True)
+    log = []
+    h = engine.register_multi_grad_hook((a, b), lambda gs: log.append([None if g is None else g.tolist() for g in gs]))
+    (a * 2).sum().backward()
+    assert log == [[[2.0, 2.0], None]]
+    log.clear()
+    (a.sum() * b).sum().backward()
+    assert log == [[[3.0, 3.0], [3.0]]]
+    log.clear()
+    h.remove()
+    (a * 2).sum().backward()
+    assert log == []
+
+
+def test_multi_grad_hook_any_runs_once_per_call():
+    a = engine.tensor([1.0, 2.0], requires_grad=True)
+    b = engine.tensor([3.0], requires_grad=True)
+    log = []
+    engine.register_multi_grad_hook((a, b), lambda g: log.append(g.tolist()), mode="any")
+    (b * 7).sum().backward()
+    (a.sum() * b).sum().backward()
+    assert len(log) == 2 and log[0] == [7.0]
+    with pytest.raises(ValueError, match="Expects mode to be one of \\('all', 'any'\\) but got bad"):
+        engine.register_multi_grad_hook((a,), lambda g: None, mode="bad")
+
+
+@pytest.mark.timeout(60)
+def test_multi_grad_hook_all_with_concurrent_calls_on_a_device():
+    """Each concurrent backward call has its own state; grads are gathered from the device worker."""
+    a = engine.tensor([1.0, 2.0], device="virtual:1", requires_grad=True)
+    b = engine.tensor([3.0, 4.0], requires_grad=True)
+    seen = []
+    lock = threading.Lock()
+
+    def fn(gs):
+        with lock:
+            seen.append(tuple(g.tolist() for g in gs))
+
+    engine.register_multi_grad_hook((a, b), fn)
+    y = (ops.to(a, "cpu") * b).sum()
+    threads = [threading.Thread(target=lambda: [y.backward(retain_graph=True) for _ in range(5)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == [([3.0, 4.0], [1.0, 2.0])] * 20
+    assert a.grad.tolist() == [60.0, 80.0] and b.grad.tolist() == [20.0, 40.0]

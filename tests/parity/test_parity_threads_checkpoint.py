@@ -171,7 +171,6 @@ def test_dataparallel_saved_tensors_hooks():
     assert seen == [0]  # and not on a thread that did not enter them
 
 
-@pytest.mark.xfail(strict=True, reason="missing API: torch.autograd.graph.register_multi_grad_hook has no counterpart (engine.register_multi_grad_hook)")
 @pytest.mark.timeout(60)
 def test_multi_grad_all_hooks():
     """Port of test_autograd.py TestMultithreadAutograd.test_multi_grad_all_hooks (first case)."""
