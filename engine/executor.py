@@ -835,11 +835,11 @@ class Engine:
         if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
             dev, stream = fn.stream
             with dev.stream_context(stream):  # hooks run on the node's stream too, as in PyTorch
-                outputs = self._call_hooks_and_apply(fn, inputs, tensor_hooks)
+                outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
             if not fn.next_edges:
                 gt.leaf_streams.append(fn.stream)
         else:
-            outputs = self._call_hooks_and_apply(fn, inputs, tensor_hooks)
+            outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
         if not gt.keep_graph:
             fn.release_variables()
         if gt.anomaly and gt.check_nan:
@@ -847,7 +847,7 @@ class Engine:
         return outputs
 
     @staticmethod
-    def _call_hooks_and_apply(fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+    def _call_hooks_and_apply(gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         hooks = fn._hooks
         if hooks is not None:
             if tensor_hooks:
@@ -860,6 +860,8 @@ class Engine:
         else:
             outputs = fn.apply(inputs)  # (GraphRoot takes no inputs)
         if hooks is not None and hooks.post:
+            if gt.runnable is not None and fn.computes_only_needed:
+                outputs = _mask_unneeded(gt, fn, outputs)
             outputs = hooks.run_post(fn, outputs, inputs)
         return outputs
 
@@ -997,6 +999,15 @@ class Engine:
     def _wake_owner(gt: GraphTask) -> None:
         if tls.local_queue is not gt.owner_queue:
             gt.owner_queue.push(_WAKE_PRIO, None, None, None)
+
+
+def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:
+    """Under grad()/backward(inputs=), torch's built-in formulas compute no gradient for an edge
+    the call does not need (should_compute_output), so a node's post-hooks see None there:
+    the same outputs, None where the edge leads to a node that will not run (or is cut)."""
+    runnable, cut = gt.runnable, gt.cut
+    return [None if g is not None and (edge[0] is not None and (edge[0] not in runnable or (cut and edge in cut)))
+            else g for g, edge in zip(outputs, fn.next_edges)]
 
 
 def _sync_streams(producer: Node, consumer: Node, g: Any) -> None:

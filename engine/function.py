@@ -42,6 +42,7 @@ class FunctionCtx(Node):
     __slots__ = ("_fn_cls", "_to_save", "_non_diff", "_dirty", "_materialize", "needs_input_grad",
                  "_in_meta", "_out_meta")
     runs_without_gradients = True  # torch runs a custom backward even when no gradient arrived
+    computes_only_needed = False  # its post-hooks see what backward returned, as torch's
 
     def name(self) -> str:
         return f"{self._fn_cls.__name__}Backward"

@@ -397,6 +397,10 @@ class Node:
     # AccumulateGrad (its hooks run) and custom Functions (torch calls their backward, with
     # zeros, or with None after set_materialize_grads(False)).
     runs_without_gradients = False
+    # Built-in formulas give no gradient for an edge a grad()/backward(inputs=) call does not
+    # need, as torch's should_compute_output does (the executor masks them for post-hooks);
+    # a custom Function returns what its backward returns (False there).
+    computes_only_needed = True
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]

@@ -139,3 +139,40 @@ def test_post_accumulate_hook_returning_a_value_raises_torchs_errors():
     x.register_post_accumulate_grad_hook(lambda t: 1)
     with pytest.raises(TypeError, match="expected Variable, but hook returned 'int'"):
         x.sum().backward()
+
+
+def test_post_hooks_see_none_for_edges_the_call_does_not_need():
+    """Issue 17 H, torch's values: under grad(y, [a]) MulBackward0's post-hook sees None for
+    b's slot (torch's formulas compute only needed outputs); a plain backward sees both."""
+    a = engine.tensor([1.0], requires_grad=True)
+    b = engine.tensor([2.0], requires_grad=True)
+    y = a * b
+    log = []
+    y.grad_fn.register_hook(lambda gi, go: log.append([None if g is None else g.item() for g in gi]))
+    engine.grad(y, [a], retain_graph=True)
+    engine.grad(y, [b], retain_graph=True)
+    y.backward(inputs=[a], retain_graph=True)
+    y.backward(retain_graph=True)
+    assert log == [[2.0, None], [None, 1.0], [2.0, None], [2.0, 1.0]]
+
+
+def test_custom_function_post_hooks_see_what_backward_returned():
+    """A custom Function returns what its backward returns, as torch's (no masking)."""
+    class M(engine.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, g * a
+
+    a = engine.tensor([1.0], requires_grad=True)
+    b = engine.tensor([2.0], requires_grad=True)
+    y = M.apply(a, b)
+    log = []
+    y.grad_fn.register_hook(lambda gi, go: log.append([None if g is None else g.item() for g in gi]))
+    engine.grad(y, [a])
+    assert log == [[2.0, 1.0]]
