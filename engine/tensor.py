@@ -254,8 +254,9 @@ class Tensor:
 
     # -- conversions --------------------------------------------------------------------
     def numpy(self) -> numpy.ndarray:
-        """A host numpy array (a view for cpu tensors). Refused while requires_grad, like torch."""
-        if self._rg:
+        """A host numpy array (a view for cpu tensors). Refused while requires_grad under grad
+        mode, like torch (allowed under no_grad, as torch allows it)."""
+        if self._rg and tls.grad_enabled:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self.device.to_host(self.data)
 

@@ -721,7 +721,6 @@ def test_isolated_node():
     assert_equal(x.grad, np.ones((5, 5)))
 
 
-@pytest.mark.xfail(strict=True, reason="numpy() on a tensor that requires grad raises under no_grad too (torch allows it there)")
 def test_numpy_requires_grad():
     """Port of test_autograd.py TestAutograd.test_numpy_requires_grad."""
     x = randn(2, 2, requires_grad=True)
