@@ -66,9 +66,12 @@ class _InputSlot:
 
 
 def _detach_like(args: Sequence[Any]) -> list:
+    """The arguments, each tensor that requires grad as a detached alias that still requires
+    grad; tensors that do not are passed as they are (so a re-run saves the very object,
+    as torch's does)."""
     out = []
     for a in args:
-        if isinstance(a, Tensor):
+        if isinstance(a, Tensor) and a._rg:
             d = a.detach()
             d._rg = a._rg
             out.append(d)

@@ -289,6 +289,8 @@ class SavedHooked:
         u = self.unpack_fn(self.packed)
         if not isinstance(u, _Tensor):
             raise TypeError(f"saved-tensor unpack hook returned {type(u).__name__} in {node.name()}; expected a Tensor")
+        if not self.requires_grad:
+            return u  # no place in the graph to take: the unpacked tensor as it is (torch's identity)
         t = _wrap(u.data, u.device)
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr

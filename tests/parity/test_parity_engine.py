@@ -495,7 +495,6 @@ def test_checkpointing_without_reentrant_detached_tensor(use_reentrant):
             out.sum().backward()
 
 
-@pytest.mark.xfail(strict=True, reason="non-reentrant checkpoint: ctx.saved_tensors in backward gives a new tensor object for a saved input, not the very object saved")
 def test_checkpointing_without_reentrant_saved_object_identity():
     """Port of test_autograd.py TestAutograd.test_checkpointing_without_reentrant_saved_object_identity."""
     x_backward = None
