@@ -17,6 +17,7 @@ Function 'LogBackward0' returned nan values in its 0th output.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ._state import tls, used
@@ -35,6 +36,8 @@ class detect_anomaly:
 
     def __init__(self, check_nan: bool = True) -> None:
         self.check_nan = bool(check_nan)
+        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime and should only be "
+                      "enabled for debugging.", UserWarning, stacklevel=2)
 
     def __enter__(self) -> None:
         self._prev = (tls.anomaly, tls.anomaly_check_nan)

@@ -188,6 +188,7 @@ import itertools
 import os
 import threading
 import traceback
+import warnings
 from typing import Any, Callable
 
 from .. import devices
@@ -362,8 +363,9 @@ def _add_note(e: BaseException, note: str) -> None:
         pass
 
 
-def _add_node_to_message(e: BaseException, node: Node | None) -> None:
-    """Name the failing node in the exception's message, once (nested backward re-raises).
+def _add_node_to_message(e: BaseException, node: Node | None, anomaly: bool = False) -> None:
+    """Name the failing node in the exception's message, once (nested backward re-raises);
+    in anomaly mode also warn, as torch does, naming the node with its forward traceback.
 
     Best effort: an exception whose ``args`` cannot be set, or that refuses attributes or
     notes, keeps its message as raised. Nothing here may raise (Note [Errors])."""
@@ -394,6 +396,12 @@ def _add_node_to_message(e: BaseException, node: Node | None) -> None:
         trace = node.__dict__.get("_metadata", {}).get("traceback_")
         if trace is not None:
             _add_note(e, f"Traceback of forward call that caused the error (anomaly mode, node {name}):\n" + "".join(trace))
+        if anomaly:  # torch's warning, before the error reaches the caller
+            warnings.warn(
+                f"Error detected in {name}. Traceback of forward call that caused the error:\n" + "".join(trace)
+                if trace is not None else
+                f"Error detected in {name}. No forward pass information available. Enable detect anomaly "
+                "during forward pass for more information.", UserWarning, stacklevel=2)
     except Exception:  # noqa: BLE001
         pass
 
@@ -964,7 +972,7 @@ class Engine:
                     return
                 gt.error = e
         try:
-            _add_node_to_message(e, fn)
+            _add_node_to_message(e, fn, gt.anomaly)
         finally:  # the error is claimed: whatever happens, the owner must learn of it
             gt.done = True
             self._wake_owner(gt)

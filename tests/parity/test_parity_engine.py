@@ -212,7 +212,6 @@ def test_reentrant_with_non_leaf_variable_hook():
 
 # --- anomaly mode ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="anomaly mode emits no warnings alongside the error (torch warns 'No forward pass information' / the forward traceback naming MyFunc.apply)")
 def test_anomaly_detect_nan():
     """Port of test_autograd.py TestAutograd.test_anomaly_detect_nan."""
     size = 10
@@ -243,7 +242,8 @@ def test_anomaly_detect_nan():
             warnings.simplefilter("always")
             with engine.detect_anomaly():
                 out.backward()
-    assert "No forward pass information" in str(w[0].message)
+    # (torch 2.13 warns "Anomaly Detection has been enabled" first: checked against the wheel)
+    assert any("No forward pass information" in str(x.message) for x in w)
 
     inp = rand(size, requires_grad=True)
     with pytest.raises(RuntimeError, match="Function 'MyFuncBackward' returned nan values in its 1th output."):
@@ -252,7 +252,7 @@ def test_anomaly_detect_nan():
             with engine.detect_anomaly():
                 out = MyFunc.apply(inp, inp, False)
                 out.backward()
-    assert "MyFunc.apply" in str(w[0].message)
+    assert any("MyFunc.apply" in str(x.message) for x in w)
 
 
 def test_anomaly_detect_nan_message_only():
@@ -336,7 +336,6 @@ def test_nested_anomaly_detect_nan():
             ginp.sum().backward()
 
 
-@pytest.mark.xfail(strict=True, reason="anomaly mode emits no warnings (torch warns 'Anomaly Detection has been enabled' and 'Error detected in PowBackward0'); the forward stack goes into an exception note")
 def test_anomaly_grad_warnings():
     """Port of test_autograd.py TestAutograd.test_anomaly_grad_warnings (the first half)."""
     with pytest.raises(RuntimeError, match="one of the variables needed for gradient computation has been "
