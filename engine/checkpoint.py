@@ -29,11 +29,11 @@ import threading
 import warnings
 from typing import Any, Callable, Sequence
 
-from ._state import tls
+from ._state import tls, used
 from .creation import DrawRecord, record_draws, replay_draws
 from .function import Function
 from .grad_mode import enable_grad
-from .graph import _modified_error
+from .graph import SavedHooked, _modified_error
 from .saved_hooks import saved_tensors_hooks
 from .tensor import Tensor
 
@@ -152,6 +152,23 @@ def _rerun(fn: Callable, args: list, kwargs: dict, draws: DrawRecord | None) -> 
 # gradients only.
 
 
+def _is_checkpoint_hook(pack: Any) -> bool:
+    """A pack hook of an enclosing non-reentrant checkpoint (its forward's slot numbering, or
+    its re-run's observer): a nested checkpoint keeps its inputs as they are under those."""
+    return getattr(pack, "identity_pack", False) or isinstance(getattr(pack, "__self__", None), _Recompute)
+
+
+class _InputRecord:
+    """What the version check of a checkpoint input keeps: its counter and what
+    _modified_error names (no reference to the tensor's data)."""
+
+    __slots__ = ("_vc", "dtype", "shape", "grad_fn", "_output_nr")
+
+    def __init__(self, t: Tensor) -> None:
+        self._vc, self.dtype, self.shape = t._vc, t.dtype, t.shape
+        self.grad_fn, self._output_nr = t.grad_fn, t._output_nr
+
+
 class _StopRecompute(BaseException):
     """Ends a re-run once it has rebuilt every saved tensor (Note [Checkpoint re-run contract]).
     A BaseException, so that an ``except Exception`` inside the checkpointed function cannot
@@ -181,15 +198,32 @@ class _Recompute:
         self.lock = threading.Lock()
 
     def record_versions(self) -> None:
-        """Remember each tensor input's version as forward leaves it."""
+        """Remember each tensor input's version as forward leaves it (its counter and what the
+        error names, not the tensor: outer saved-tensor hooks may have it packed away)."""
         named = [(f"input {i}", a) for i, a in enumerate(self.args)]
         named += [(f"keyword argument {k!r}", a) for k, a in self.kwargs.items()]
-        self.versions = [(label, t, t._vc[0]) for label, t in named if isinstance(t, Tensor)]
+        self.versions = [(label, _InputRecord(t), t._vc[0]) for label, t in named if isinstance(t, Tensor)]
 
     def _check_versions(self) -> None:
-        for label, t, v in self.versions:
-            if t._vc[0] != v:
-                raise _modified_error(_InputSlot(f"checkpoint of {_fn_name(self.fn)} as its {label}"), t, v)
+        for label, rec, v in self.versions:
+            if rec._vc[0] != v:
+                raise _modified_error(_InputSlot(f"checkpoint of {_fn_name(self.fn)} as its {label}"), rec, v)
+
+    def pack_inputs(self, hooks: tuple) -> None:
+        """Keep the tensor inputs through the saved-tensor hooks active around the checkpoint, as
+        torch saves its checkpoint's inputs (save_on_cpu around it offloads them): each becomes a
+        SavedHooked, unpacked for each re-run, standing for the input in the graph."""
+        pack, unpack = hooks
+        self.args = tuple(SavedHooked(pack(a), unpack, a, None) if isinstance(a, Tensor) else a for a in self.args)
+        self.kwargs = {k: SavedHooked(pack(a), unpack, a, None) if isinstance(a, Tensor) else a
+                       for k, a in self.kwargs.items()}
+
+    def _inputs(self) -> tuple:
+        """The inputs for a re-run, unpacked where outer hooks packed them."""
+        slot = _InputSlot(f"checkpoint of {_fn_name(self.fn)}")
+        args = [a.unpack(slot) if type(a) is SavedHooked else a for a in self.args]
+        kwargs = {k: a.unpack(slot) if type(a) is SavedHooked else a for k, a in self.kwargs.items()}
+        return args, kwargs
 
     def pack(self, t: Tensor) -> int:
         idx = self.count
@@ -222,13 +256,15 @@ class _Recompute:
         # The re-run's own nodes save normally (needed for double backward); see pack_saved.
         pack.identity_pack = True  # type: ignore[attr-defined]
 
-        args = list(self.args) if tls.grad_enabled else _detach_like(self.args)
+        args, kwargs = self._inputs()
+        if not tls.grad_enabled:
+            args = _detach_like(args)
         # The re-run's own saves are captured (not hooked by outer hooks) into storage.
         prev = tls.saved_hooks
         tls.saved_hooks = ()
         try:
             with saved_tensors_hooks(pack, lambda t: t):
-                _rerun(self.fn, args, self.kwargs, self.draws)
+                _rerun(self.fn, args, kwargs, self.draws)
         except _StopRecompute:
             pass
         finally:
@@ -281,6 +317,7 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
             warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", stacklevel=2)
         return _CheckpointFunction.apply(function, preserve_rng_state, *args)
     state = _Recompute(function, args, kwargs)
+    outer = tls.saved_hooks if used.saved_hooks else ()  # the user's hooks around this checkpoint
     with saved_tensors_hooks(state.pack, state.unpack):
         if preserve_rng_state:
             with record_draws() as recorder:
@@ -289,6 +326,8 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
         else:
             out = function(*args, **kwargs)
     state.record_versions()
+    if outer and not _is_checkpoint_hook(outer[-1][0]):  # the user's hooks, not an enclosing checkpoint's
+        state.pack_inputs(outer[-1])
     return out
 
 

@@ -271,11 +271,12 @@ class SavedHooked:
 
     __slots__ = ("packed", "unpack_fn", "grad_fn", "output_nr", "requires_grad", "acc", "is_output")
 
-    def __init__(self, packed: Any, unpack_fn: Callable, t: "Tensor", node: "Node") -> None:
+    def __init__(self, packed: Any, unpack_fn: Callable, t: "Tensor", node: "Node | None") -> None:
         self.packed = packed
         self.unpack_fn = unpack_fn
         # The node's own output: keep no reference to the node (no cycle); unpack gets it.
-        self.is_output = t.grad_fn is node
+        # (node None: a tensor kept for something else than a node, a checkpoint's input.)
+        self.is_output = node is not None and t.grad_fn is node
         self.grad_fn = None if self.is_output else t.grad_fn
         self.output_nr = t._output_nr
         self.requires_grad = t._rg

@@ -70,3 +70,51 @@ def test_pack_hook_modifying_its_input_in_place_raises():
     with pytest.raises(RuntimeError, match="A saved tensor pack hook is modifying its input in place."):
         with engine.saved_tensors_hooks(bad, lambda t: t):
             ops.exp(h)
+
+
+def test_hooks_around_a_non_reentrant_checkpoint_keep_its_inputs():
+    """Issue 17 G (torch's counts): saved-tensor hooks active around a non-reentrant checkpoint
+    pack its tensor inputs once, in forward, and unpack them for the re-run."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    log = []
+
+    def pack(t):
+        log.append(("pack", tuple(t.shape)))
+        return t
+
+    def unpack(t):
+        log.append("unpack")
+        return t
+
+    with engine.saved_tensors_hooks(pack, unpack):
+        y = engine.checkpoint(lambda a: ops.exp(a * a), x, use_reentrant=False)
+    assert log == [("pack", (2,))]
+    log.clear()
+    y.sum().backward()
+    assert log == ["unpack"]
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1.0, 2.0]) * np.exp([1.0, 4.0]), rtol=1e-6)
+
+
+def test_save_on_cpu_around_a_checkpoint_on_a_device_double_backward():
+    w = engine.tensor([0.5, 1.5], dtype=np.float64, device="virtual:1", requires_grad=True)
+    f = lambda a: ops.tanh(a) * a  # noqa: E731
+    with engine.save_on_cpu():
+        z = engine.checkpoint(f, w * 2.0, use_reentrant=False)
+    (g,) = engine.grad(z.sum(), w, create_graph=True)
+    (gg,) = engine.grad(g.sum(), w)
+    (g_ref,) = engine.grad(f(w * 2.0).sum(), w, create_graph=True)
+    (gg_ref,) = engine.grad(g_ref.sum(), w)
+    np.testing.assert_allclose(g.detach().numpy(), g_ref.detach().numpy(), rtol=1e-15)
+    np.testing.assert_allclose(gg.numpy(), gg_ref.numpy(), rtol=1e-15)
+
+
+def test_input_modified_after_a_hooked_checkpoint_still_raises():
+    """The version check keeps the input's counter, not the tensor (which hooks may offload)."""
+    x = engine.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 1.0
+    with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+        y = engine.checkpoint(lambda a: ops.exp(a), h, use_reentrant=False)
+    with engine.no_grad():
+        h.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
