@@ -570,7 +570,12 @@ class AccumulateGrad(Node):
             if owned:
                 g.owner = None
             with self._lock:
+                first = var._grad is None and not tls.grad_enabled
                 accumulate_into(var, g, owned)
+                if first and self._hooks is not None:
+                    # torch steals this first gradient as .grad, so its node post-hooks see .grad
+                    # itself as grad_outputs[0]: give them the same (the executor passes this list).
+                    grads[0] = var._grad
         ext = var._ext
         if ext is not None:
             for fn in ext.post_acc.values():  # (never changes: See Note [Hook tables])

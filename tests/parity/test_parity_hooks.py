@@ -642,7 +642,6 @@ def test_post_accumulate_grad_hook_gets_cleaned_up():
     assert ref() is None
 
 
-@pytest.mark.xfail(strict=True, reason="leaf .grad is a copy, not the incoming gradient, so the AccumulateGrad post-hook does not see the post-accumulate hook's in-place add (-2 instead of 3)")
 def test_post_accumulate_grad_hook_ordering():
     """Port of test_autograd.py TestAutograd.test_post_accumulate_grad_hook_ordering."""
     tensor = rand(3, requires_grad=True)
