@@ -78,13 +78,12 @@ def test_checkpoint_trigger(use_reentrant):
     assert [m.counter for m in modules[5:]] == [1] * 5
 
 
-@pytest.mark.xfail(strict=True, reason="the reentrant checkpoint's grad() error says 'Checkpointing is not compatible with .grad()...' (torch <2.1 wording), not 'torch.utils.checkpoint is incompatible'")
 def test_checkpoint_valid():
     """Port of test_utils.py TestCheckpoint.test_checkpoint_valid."""
     model = MLP()
     input_var = randn(1, 100, requires_grad=True)
     out = engine.checkpoint_sequential(model.layers, 2, input_var, use_reentrant=True)
-    with pytest.raises(RuntimeError, match="torch.utils.checkpoint is incompatible"):
+    with pytest.raises(RuntimeError, match="threadgrad checkpoint is incompatible"):  # torch.utils.checkpoint in torch
         engine.grad(outputs=[out], grad_outputs=[engine.ones(1, 5, dtype=engine.float64)],
                     inputs=[input_var], create_graph=True)
 
