@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Sequence
 
 from ._state import tls, used
@@ -195,6 +196,7 @@ class _Recompute:
         self.count = 0
         self.meta: list = []  # (shape, dtype, device) of each slot, as forward saved it
         self.versions: list = []
+        self.unpacked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphTask -> slots handed out
         self.lock = threading.Lock()
 
     def record_versions(self) -> None:
@@ -233,8 +235,21 @@ class _Recompute:
 
     def unpack(self, idx: int) -> Tensor:
         # Each recomputed tensor is handed out once and dropped, so a segment's activations
-        # die as its backward consumes them. A second unpack (retain_graph) recomputes again.
+        # die as its backward consumes them. A second unpack in another backward call
+        # (retain_graph) recomputes again; in the same call it is refused, as torch does.
         with self.lock:
+            gt = tls.current_task
+            if gt is not None:
+                done = self.unpacked.get(gt)
+                if done is None:
+                    done = self.unpacked[gt] = set()
+                if idx in done:
+                    raise CheckpointError(
+                        "threadgrad checkpoint: Unpack is being triggered for a tensor that was already unpacked "
+                        "once. If you are calling ctx.saved_tensors in backward, make sure to do so only once. "
+                        "Otherwise please open an issue with details on your use case."
+                    )
+                done.add(idx)
             if self.storage is None or idx not in self.storage:
                 self._recompute()
             t = self.storage.pop(idx)  # type: ignore[union-attr]

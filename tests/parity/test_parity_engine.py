@@ -569,7 +569,6 @@ def test_checkpointing_without_reentrant_arbitrary_input_output():
     assert_equal(g_ckpt, g_ref)
 
 
-@pytest.mark.xfail(strict=True, reason="non-reentrant checkpoint: a second ctx.saved_tensors of recomputed tensors in one backward succeeds instead of raising 'already unpacked once'")
 def test_checkpointing_without_reentrant_custom_function_works():
     """Port of test_autograd.py TestAutograd.test_checkpointing_without_reentrant_custom_function_works."""
     msg = "Unpack is being triggered for a tensor that was already unpacked once"
