@@ -157,7 +157,7 @@ def rebase_root(root: Tensor, old_root: Tensor, positions: Any, result: Tensor) 
     ``positions``, ``result``): recorded with the differentiable ops, so the root's gradient
     reaches the old root outside the view's elements and ``result``'s inputs inside them
     (PyTorch's CopySlices). Shared with custom Functions' ``mark_dirty`` (engine/function.py)."""
-    flat = index.index_put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)))
+    flat = index.put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)), copy_slices=True)
     _take_history(root, shape._reshape(flat, root.shape, CopySlices))
 
 
@@ -228,7 +228,8 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     if v.device is not self.device:  # copy_ and setitem take values from any device
         v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
     if record:
-        return _adopt(self, index.index_put(_snapshot(self), idx, v), name)
+        narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
+        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow), name)
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
