@@ -228,6 +228,24 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     return out
 
 
+class AsStridedBackward0(IndexBackward0):
+    """A view's history taken anew from its root's (torch gives such a view this grad_fn)."""
+
+    __slots__ = ()
+
+
+def take_view(flat: Tensor, positions: Any) -> Tensor:
+    """``flat[positions]`` for a view's regenerated history (``regenerate_view`` in _core.py):
+    the positions are internal, so kept on the node as they are, not saved (torch's
+    AsStridedBackward0 saves nothing: Note [Saved indices])."""
+    out = _wrap(flat.data[positions], flat.device)
+    if tls.grad_enabled and flat._rg:
+        node = AsStridedBackward0()
+        node.in_shape, node.index, node.basic = flat.shape, positions, False
+        record_unary(node, flat, out)
+    return out
+
+
 class IndexBackwardBackward0(Node):
     """Backward of ``index_put_zeros`` (getitem's backward): getitem again."""
 

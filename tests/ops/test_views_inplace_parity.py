@@ -148,3 +148,98 @@ def test_double_backward_through_advanced_index() -> None:
     assert g.tolist() == [4.0, 0.0, 6.0]
     (gg,) = engine.grad(g.sum(), x)
     assert gg.tolist() == [4.0, 0.0, 2.0]
+
+
+# -- views made stale by an in-place op on their base or a sibling --------------------------
+def test_retain_grad_follows_view_and_stale_sibling() -> None:
+    """torch: test_autograd.py TestAutograd.test_retain_grad_inplace_over_view, with distinct
+    weights so each view's .grad is its own use's gradient (torch 2.13's values)."""
+    w = _w()
+    y = w * 1.0
+    a, b = y[0:2], y[1:]
+    a.retain_grad()
+    b.retain_grad()
+    a.mul_(3.0)
+    (a * engine.tensor([1.0, 10.0]) + b * engine.tensor([100.0, 1000.0])).sum().backward()
+    assert a.grad.tolist() == [1.0, 10.0]  # not the sum over every use of 3 * a (was 301)
+    assert b.grad.tolist() == [100.0, 1000.0]  # was None: the retain hook stayed on the old node
+    assert w.grad.tolist() == [3.0, 330.0, 1000.0]
+
+
+def test_stale_view_requires_grad_and_grad_see_the_base() -> None:
+    """The issue's repro: a view of a tensor outside the graph, which an in-place op then puts
+    in the graph."""
+    r = engine.ones(1, requires_grad=True)
+    x = engine.ones(5)
+    v = x[1]
+    x.add_(r)
+    assert v.requires_grad is True and v.is_leaf is False
+    assert [g.tolist() for g in engine.grad(v, r)] == [[1.0]]
+
+
+def test_stale_view_attributes_refresh_under_no_grad() -> None:
+    r = engine.ones(1, requires_grad=True)
+    x = engine.ones(5)
+    v = x[1]
+    x.add_(r)
+    with engine.no_grad():
+        assert v.requires_grad is True and v.is_leaf is False
+    assert v.grad_fn.name() == "AsStridedBackward0"  # torch's name for a regenerated view
+    assert [g.tolist() for g in engine.grad(v, r)] == [[1.0]]
+
+
+@pytest.mark.parametrize("run", ["backward", "grad"])
+def test_backward_from_a_stale_view_uses_the_base_history(run) -> None:
+    """Was silently [0, 1, 0]: the view's old graph, from before y.mul_(2)."""
+    w = _w()
+    y = w * 1.0
+    v = y[1]
+    y.mul_(2.0)
+    if run == "backward":
+        v.backward()
+        assert w.grad.tolist() == [0.0, 2.0, 0.0]
+    else:
+        assert [g.tolist() for g in engine.grad(v, w)] == [[0.0, 2.0, 0.0]]
+
+
+def test_hooks_on_a_stale_sibling_registered_after_fire_before_do_not() -> None:
+    """torch: test_autograd.py TestAutograd.test_tensor_hooks_inplace_over_view, without
+    reading grad_fn first: registering the hook brings the view up to date."""
+    w = _w()
+    y = w * 1.0
+    a, b = y[0:2], y[1:]
+    before, after = [], []
+    b.register_hook(lambda g: before.append(g.tolist()))
+    a.mul_(3.0)
+    b.register_hook(lambda g: after.append(g.tolist()))
+    b.retain_grad()
+    (b * engine.tensor([1.0, 10.0])).sum().backward()
+    assert before == [] and after == [[1.0, 10.0]]
+    assert b.grad.tolist() == [1.0, 10.0] and w.grad.tolist() == [0.0, 3.0, 10.0]
+
+
+def test_hook_on_a_view_before_its_own_in_place_op_does_not_fire() -> None:
+    """As torch 2.13: the op's gradient for the view's old value goes to the base's history
+    directly (CopySlices), not through the view's old grad_fn, so its hook does not run."""
+    w = _w()
+    y = w * 1.0
+    a = y[0:2]
+    fired = []
+    a.register_hook(lambda g: fired.append(g.tolist()))
+    a.retain_grad()
+    a.mul_(3.0)
+    (a * engine.tensor([1.0, 10.0])).sum().backward()
+    assert fired == []
+    assert a.grad.tolist() == [1.0, 10.0] and w.grad.tolist() == [3.0, 30.0, 0.0]
+    assert a.grad_fn.name() == "AsStridedBackward0"
+
+
+def test_in_place_on_a_view_then_backward_from_it_twice_raises() -> None:
+    """The view's history passes through its base's CopySlices, as in torch."""
+    w = _w()
+    y = w.clone()  # the base stays alive (a view does not keep it)
+    v = y[0:2]
+    v.fill_(3.0)
+    v.sum().backward()
+    with pytest.raises(RuntimeError, match=TWICE):
+        v.sum().backward()
