@@ -21,6 +21,7 @@ from .. import devices
 from ..devices import Device
 
 from ._locks import LOCKS
+from . import _state
 from ._state import tls
 from .graph import (AccumulateGrad, HookTable, NodeHooks, RemovableHandle, _add_hook, _set_entry,
                     share_tensor_hooks, tensor_hook_table)
@@ -125,6 +126,8 @@ class Tensor:
     # -- autograd attributes ------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
+        if len(self._vc) > 2:  # a view, maybe stale: See Note [Stale views] in ops/_core.py
+            _state.refresh_view(self, "requires_grad")
         return self._rg
 
     @requires_grad.setter
@@ -147,6 +150,8 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
+        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+            _state.refresh_view(self, "is_leaf")
         return self.grad_fn is None
 
     @property
@@ -185,6 +190,8 @@ class Tensor:
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf after backward (a no-op on leaves)."""
+        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+            _state.refresh_view(self, "retain_grad")
         if not self._rg:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.grad_fn is None:
@@ -209,6 +216,8 @@ class Tensor:
 
     def register_hook(self, fn: Callable[["Tensor"], "Tensor | None"]) -> RemovableHandle:
         """``fn(grad)`` runs when this tensor's gradient is computed; a returned Tensor replaces it."""
+        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+            _state.refresh_view(self, "register_hook")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
@@ -249,6 +258,8 @@ class Tensor:
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``; see :func:`engine.backward`."""
+        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+            _state.refresh_view(self, "backward")
         # (a module global, not an import here: a function-level import costs about 1 us a call)
         _autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
@@ -401,6 +412,8 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
 
 def gradient_edge(t: Tensor) -> tuple:
     """``(node, input_nr)`` through which a gradient reaches ``t``; ``(None, 0)`` if none does."""
+    if len(t._vc) > 2:  # See Note [Stale views] in ops/_core.py
+        _state.refresh_view(t, "backward")
     fn = t.grad_fn
     if fn is not None:
         return (fn, t._output_nr)

@@ -42,7 +42,7 @@ from ..engine._record import (OUTPUT, binary_result, needs_grad, record, record_
 from ..engine import _state
 from ..engine._state import tls  # noqa: F401
 from ..engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
-from ..engine.graph import Node  # noqa: F401
+from ..engine.graph import Node, set_retains_grad  # noqa: F401
 from ..engine.tensor import Tensor, WrappedNumber, _wrap
 from ..engine._locks import LOCKS  # read at use: See Note [Locks across fork] in engine/_locks.py
 
@@ -269,6 +269,22 @@ def const(data: Any, like: Tensor) -> Tensor:
 #     raises: never wrong gradients. While grad mode is off nothing is recorded, and a
 #     detach() alias (marked in its _ext) is no view: neither is ever stale.
 # In-place ops under no_grad, or on tensors nothing requires grad of, are free.
+#
+# Note [Stale views]
+# ~~~~~~~~~~~~~~~~~~
+# torch regenerates a stale view's grad_fn whenever it is read, so everything that reads a
+# view's autograd state sees the root's new history. Here ``grad_fn`` is a plain slot (the
+# hot paths read it), so the places that read a view's state refresh it first, through
+# :func:`refresh` (bound as ``engine._state.refresh_view``): ops using it (check_tensor,
+# binary_operands), its ``requires_grad`` and ``is_leaf``, ``register_hook``,
+# ``retain_grad()``, ``backward()`` from it and its gradient edge in ``backward``/``grad``
+# (engine/tensor.py), a custom Function's apply. Reading ``t.grad_fn`` itself does not:
+# read ``t.requires_grad`` first. As in torch, the regenerated history is
+# AsStridedBackward0 over the root's current graph; a retain_grad() moves to it, while a
+# hook registered on the view before stays on its old grad_fn and no longer fires (torch's
+# test_tensor_hooks_inplace_over_view). A recorded in-place op on a view regenerates that
+# view too, right after rebasing its root: its gradient is the gradient of its own new value,
+# not the sum of every use of the op's result (torch's test_retain_grad_inplace_over_view).
 
 
 
@@ -330,7 +346,10 @@ def view_index(view: Tensor, root: Tensor) -> Any:
 def regenerate_view(t: Tensor, vc: list) -> bool:
     """Give the stale view ``t`` the history "its elements of the root as the root is now":
     the root's current graph, read at the view's positions (PyTorch regenerates a view's
-    grad_fn the same way). False when the root is gone or its layout cannot be read."""
+    grad_fn the same way). False when the root is gone or its layout cannot be read.
+
+    As torch's, a ``retain_grad()`` moves to the new grad_fn and hooks registered before stay
+    on the old one, which the root's graph no longer reaches (Note [Stale views])."""
     root = vc[1]()
     if root is None:
         return False
@@ -339,16 +358,32 @@ def regenerate_view(t: Tensor, vc: list) -> bool:
     idx = view_index(t, root)
     if idx is None:
         return False
-    from .index import getitem
+    from .index import take_view
     from .shape import reshape
 
-    proxy = _wrap(root.data, root.device)  # stands for the root in the graph (shares no counter)
-    proxy.grad_fn, proxy._output_nr, proxy._rg = root.grad_fn, root._output_nr, root._rg
-    regen = getitem(reshape(proxy, (-1,)), idx)
+    prev = tls.grad_enabled
+    tls.grad_enabled = True  # the history is recorded whatever the mode it is asked for in
+    try:
+        proxy = _wrap(root.data, root.device)  # stands for the root in the graph (shares no counter)
+        proxy.grad_fn, proxy._output_nr, proxy._rg = root.grad_fn, root._output_nr, root._rg
+        regen = take_view(reshape(proxy, (-1,)), idx)
+    finally:
+        tls.grad_enabled = prev
+    old_fn, old_nr = t.grad_fn, t._output_nr
     t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
+    move_retain(t, old_fn, old_nr)
     if t.grad_fn is not None:
         t.grad_fn._view_gen = vc[2] if len(vc) > 2 else 0
     return True
+
+
+def move_retain(t: Tensor, old_fn: Node | None, old_nr: int) -> None:
+    """``t`` has a new grad_fn: its retain_grad() hook (kept on ``old_fn``'s slot ``old_nr``)
+    moves along, as torch's update_tensor_hooks_on_new_gradfn; its tensor hooks stay behind."""
+    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
+        retain = set_retains_grad(old_fn._hooks, old_nr, None)
+        if retain is not None:
+            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
 
 
 def is_alias(t: Tensor) -> bool:
@@ -356,20 +391,35 @@ def is_alias(t: Tensor) -> bool:
     return t._ext is not None and t._ext.detached
 
 
+def is_stale(t: Tensor) -> bool:
+    """``t`` is a view whose root a recorded in-place op changed after ``t`` took its history
+    (Note [Views and in-place]); a detach() alias never is."""
+    vc = t._vc
+    if len(vc) > 2 and vc[1]() is not t and not is_alias(t):
+        made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
+        return made < vc[2]
+    return False
+
+
 def check_fresh(t: Tensor, name: str) -> None:
     """Bring a view made stale by a recorded in-place op on its root up to date (its history is
     taken anew from the root's), or raise when that cannot be done. Nothing to do while no
     graph is recorded, nor for detach() aliases."""
-    vc = t._vc
-    if len(vc) > 2 and vc[1]() is not t and tls.grad_enabled and not is_alias(t):
-        made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
-        if made < vc[2] and not regenerate_view(t, vc):
-            raise RuntimeError(
-                f"{name}: this tensor is a view of a tensor that an in-place op changed afterwards while "
-                "recording gradients, so its graph is out of date, and it cannot be taken anew (the base is "
-                "gone, or its array has gaps). Take the view again after the in-place op (or use the "
-                "out-of-place op)."
-            )
+    if tls.grad_enabled:
+        refresh(t, name)
 
 
-_state.refresh_view = check_fresh  # the engine core refreshes stale views through this (it imports no ops)
+def refresh(t: Tensor, name: str) -> None:
+    """:func:`check_fresh` in any grad mode: for what reads a view's autograd state (its
+    ``requires_grad``, ``is_leaf``, hooks, ``retain_grad()``, a backward from it), as torch's
+    grad_fn getter regenerates a stale view's (Note [Stale views])."""
+    if is_stale(t) and not regenerate_view(t, t._vc):
+        raise RuntimeError(
+            f"{name}: this tensor is a view of a tensor that an in-place op changed afterwards while "
+            "recording gradients, so its graph is out of date, and it cannot be taken anew (the base is "
+            "gone, or its array has gaps). Take the view again after the in-place op (or use the "
+            "out-of-place op)."
+        )
+
+
+_state.refresh_view = refresh  # the engine core refreshes stale views through this (it imports no ops)

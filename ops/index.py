@@ -46,11 +46,71 @@ def is_basic(idx: Any) -> bool:
     return all(i is None or i is Ellipsis or isinstance(i, (int, numpy.integer, slice)) for i in items)
 
 
+# Note [Saved indices]
+# ~~~~~~~~~~~~~~~~~~~~
+# torch saves the index tensors of an advanced index (IndexBackward0, IndexPutBackward0,
+# GatherBackward0) as saved variables, and that is observable twice: an in-place change of
+# an index tensor after the op makes backward raise "modified by an inplace operation" (else
+# the gradient would silently go to the new positions), and a second backward without
+# retain_graph raises "Specify retain_graph=True" (the graph's indices were freed). So these
+# nodes keep their index arrays nowhere but in the saved values (``record(..., saved=)``):
+# the index a node stores has a :class:`_Saved` in place of each array, and backward puts
+# the arrays back from ``saved_arrays()``, which checks versions and raises once freed. An
+# index part that was a Tensor on the op's device is saved as that Tensor (its version is
+# the user's); lists, foreign arrays and internal index arrays are saved as fresh tensors.
+# A node that saves no array but must still refuse a second run (torch's CopySlices, which
+# drops its wrapped node when its graph is freed) saves one None: see :func:`run_once`.
+
+
+class _Saved:
+    """Stands in a node's stored index for its ``k``-th saved array (Note [Saved indices])."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+
+def save_index(given: Any, idx: Any, x: Tensor) -> tuple[Any, list]:
+    """``idx`` (``given`` converted by :func:`convert_index` for ``x``) with each array replaced
+    by a :class:`_Saved`, and the tensors to save for them, in order (Note [Saved indices])."""
+    tensors: list = []
+    xp_array = x.device.xp.ndarray
+
+    def part(g: Any, i: Any) -> Any:
+        if not isinstance(i, xp_array):
+            return i
+        tensors.append(g if isinstance(g, Tensor) and g.data is i else _wrap(i, x.device))
+        return _Saved(len(tensors) - 1)
+
+    if isinstance(idx, tuple):
+        given = given if isinstance(given, tuple) and len(given) == len(idx) else (None,) * len(idx)
+        return tuple(part(g, i) for g, i in zip(given, idx)), tensors
+    return part(given, idx), tensors
+
+
+def saved_index(node: Node, index: Any) -> Any:
+    """``index`` with its arrays put back from ``node``'s saved values; raises as
+    ``saved_tensors`` does once the graph was freed or an index tensor was changed in place."""
+    arrays = node.saved_arrays()
+    if isinstance(index, tuple):
+        return tuple(arrays[i.k] if type(i) is _Saved else i for i in index)
+    return arrays[index.k] if type(index) is _Saved else index
+
+
+def run_once() -> list:
+    """The saved values of a node that saves nothing but, like torch's CopySlices, must raise
+    "Specify retain_graph=True" when run again after its graph was freed: one None, which the
+    executor drops with the rest (Note [Saved indices]); its backward calls ``saved_arrays()``."""
+    return [None]
+
+
 class IndexBackward0(Node):
     __slots__ = ("in_shape", "index", "basic")
 
     def backward(self, g: Tensor) -> tuple:
-        return (index_put_zeros(g, self.in_shape, self.index, self.basic),)
+        index = self.index if self.basic else saved_index(self, self.index)
+        return (index_put_zeros(g, self.in_shape, index, self.basic),)
 
 
 def _index_data(x: Tensor, idx: Any, index: Any, name: str) -> Any:
@@ -83,6 +143,27 @@ class UnsqueezeBackward0(IndexBackward0):  # None (shape.py's unsqueeze has a no
 
 class AliasBackward0(IndexBackward0):  # only full slices and Ellipsis: x[:], x[...]
     __slots__ = ()
+
+
+def narrows(idx: Any, shape: tuple) -> bool:
+    """A basic index that is not all of the tensor: an int, None, or a slice short of its dim
+    (torch writes ``x[idx] = v`` through such an index into a view, so records CopySlices)."""
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    return any(p is not Ellipsis and not (isinstance(p, slice) and p.indices(n) == (0, n, 1))
+               for p, n in zip(parts, _part_dims(parts, shape)))
+
+
+def _part_dims(parts: tuple, shape: tuple) -> list:
+    """The size of the dim each part of a basic index indexes (0 for None and Ellipsis)."""
+    named = sum(1 for p in parts if p is not None and p is not Ellipsis)
+    sizes, d = [], 0
+    for p in parts:
+        sizes.append(shape[d] if p is not None and p is not Ellipsis and d < len(shape) else 0)
+        if p is Ellipsis:
+            d += len(shape) - named
+        elif p is not None:
+            d += 1
+    return sizes
 
 
 def _basic_node_cls(idx: Any, shape: tuple) -> type:
@@ -133,21 +214,45 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     if view:
         share_version(out, x)  # See Note [Views and in-place] in _core.py
     if tls.grad_enabled and x._rg:
-        node = _basic_node_cls(idx, x.shape)() if basic else IndexBackward0()
-        if view:
-            mark_view_node(node, x)
-        node.in_shape, node.index, node.basic = x.shape, idx, basic
-        record_unary(node, x, out)
+        if basic:
+            node = _basic_node_cls(idx, x.shape)()
+            if view:
+                mark_view_node(node, x)
+            node.in_shape, node.index, node.basic = x.shape, idx, basic
+            record_unary(node, x, out)
+        else:
+            node = IndexBackward0()
+            node.in_shape, node.basic = x.shape, basic
+            node.index, saved = save_index(index, idx, x)  # See Note [Saved indices]
+            record(node, (x,), out, saved)
+    return out
+
+
+class AsStridedBackward0(IndexBackward0):
+    """A view's history taken anew from its root's (torch gives such a view this grad_fn)."""
+
+    __slots__ = ()
+
+
+def take_view(flat: Tensor, positions: Any) -> Tensor:
+    """``flat[positions]`` for a view's regenerated history (``regenerate_view`` in _core.py):
+    the positions are internal, so kept on the node as they are, not saved (torch's
+    AsStridedBackward0 saves nothing: Note [Saved indices])."""
+    out = _wrap(flat.data[positions], flat.device)
+    if tls.grad_enabled and flat._rg:
+        node = AsStridedBackward0()
+        node.in_shape, node.index, node.basic = flat.shape, positions, False
+        record_unary(node, flat, out)
     return out
 
 
 class IndexBackwardBackward0(Node):
     """Backward of ``index_put_zeros`` (getitem's backward): getitem again."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "basic")
 
     def backward(self, g: Tensor) -> tuple:
-        return (getitem(g, self.index),)
+        return (getitem(g, self.index if self.basic else saved_index(self, self.index)),)
 
 
 def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
@@ -161,8 +266,13 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
     out = _wrap(data, g.device)
     if tls.grad_enabled and g._rg:
         node = IndexBackwardBackward0()
-        node.index = index
-        record_unary(node, g, out)
+        node.basic = basic
+        if basic:
+            node.index = index
+            record_unary(node, g, out)
+        else:
+            node.index, saved = save_index(None, index, g)  # See Note [Saved indices]
+            record(node, (g,), out, saved)
     return out
 
 
@@ -171,18 +281,19 @@ class IndexPutBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         ex, ev = self.next_edges
+        index = saved_index(self, self.index)  # raises once freed: See Note [Saved indices]
         gx = gv = None
         if ex[0] is not None:
             if self.accumulate:
                 gx = g
             else:  # the overwritten places get nothing
                 mask = g.device.xp.ones(g.shape, dtype=g.dtype)
-                mask[self.index] = 0
+                mask[index] = 0
                 from .elementwise import mul
 
                 gx = mul(g, const(mask, g))
         if ev[0] is not None:
-            gv = fit(getitem(g, self.index), self.v_shape, self.v_dtype)
+            gv = fit(getitem(g, index), self.v_shape, self.v_dtype)
         return (gx, gv)
 
 
@@ -195,6 +306,14 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     >>> ops.index_put(engine.zeros(3), [0, 0], engine.tensor(1.0), accumulate=True).tolist()
     [2.0, 0.0, 0.0]
     """
+    return put(x, indices, values, accumulate)
+
+
+def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_slices: bool = False) -> Tensor:
+    """:func:`index_put`. With ``copy_slices`` (in-place writes that torch records as CopySlices:
+    through a basic index that narrows, or into a view's base), the node saves nothing, as
+    CopySlices, keeps its index arrays (internal ones) as they are, and refuses to run again
+    once its graph was freed (Note [Saved indices])."""
     check_tensor(x, "index_put")
     v = check_tensor(as_operand(values, x, "index_put"), "index_put", "values")
     if v.device is not x.device:
@@ -212,13 +331,24 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     out = _wrap(data, x.device)
     if tls.grad_enabled and (x._rg or v._rg):
         node = IndexPutBackward0()
-        node.index, node.accumulate, node.v_shape, node.v_dtype = idx, bool(accumulate), v.shape, v.dtype
-        record(node, (x, v), out)
+        node.accumulate, node.v_shape, node.v_dtype = bool(accumulate), v.shape, v.dtype
+        if copy_slices:
+            node.index, saved = idx, run_once()
+        else:
+            node.index, saved = save_index(indices, idx, x)  # See Note [Saved indices]
+        record(node, (x, v), out, saved)
     return out
 
 
-class GatherBackward0(IndexBackward0):
-    __slots__ = ()
+class GatherBackward0(Node):
+    """Saves ``x`` and the index tensor, as torch's does (Note [Saved indices])."""
+
+    __slots__ = ("in_shape", "dim")
+
+    def backward(self, g: Tensor) -> tuple:
+        _, idx = self.saved_arrays()  # raises once freed, or when x or the index changed in place
+        tup = along_dim_index(idx, self.dim, g.device.xp) if idx.ndim else ()
+        return (index_put_zeros(g, self.in_shape, tup, False),)
 
 
 def along_dim_index(index: Any, dim: int, xp: Any) -> tuple:
@@ -261,6 +391,7 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     out = _wrap(data, x.device)
     if tls.grad_enabled and x._rg:
         node = GatherBackward0()
-        node.in_shape, node.index, node.basic = x.shape, tup, False
-        record_unary(node, x, out)
+        node.in_shape, node.dim = x.shape, d
+        saved_idx = index if isinstance(index, Tensor) and index.data is idx else _wrap(idx, x.device)
+        record(node, (x,), out, (x, saved_idx))
     return out

@@ -26,7 +26,8 @@ recorded with ops that already exist: the view's positions in its root are read 
 arrays' memory layout (``view_index`` in _core.py), and the root takes the history of
 ``index_put(old root flattened, positions, result)``, so gradients reach the old root outside
 the view and the op's inputs inside it, and double backward works. The view itself takes the
-op's result as history (and a retain_grad() moves along). A view made under no_grad of a root
+op's result as history through the rebased root, as torch's view regeneration (a
+retain_grad() moves along: Note [Stale views] in _core.py). A view made under no_grad of a root
 in the graph first takes its history from the root, so the change reaches the root's graph.
 A detach() alias is no view for autograd (it is never rebased); a view of a leaf that
 requires grad raises, as in torch; and a root whose array has gaps (not C- or
@@ -44,12 +45,11 @@ from typing import Any, Callable
 
 import numpy
 
-from ..engine.graph import set_retains_grad
 from ..engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
-from ._core import (BOOL, CATEGORY, as_operand, check_tensor, device_error, is_alias, regenerate_view, result_dtype, tls,
-                    view_index, view_offset)
+from ._core import (BOOL, CATEGORY, as_operand, check_tensor, device_error, is_alias, move_retain, regenerate_view,
+                    result_dtype, tls, view_index, view_offset)
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -89,6 +89,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if self.grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
     root = _view_root(self)
+    regenerated = False
     if root is not None:
         if root.grad_fn is None and root._rg:
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
@@ -97,10 +98,15 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
             # A view made while nothing was recorded (no_grad) of a root that has a graph: the
             # change must reach the root's graph even if nothing here requires grad, so the
             # view first takes its history from the root (Note [In-place ops on views]).
-            regenerate_view(self, self._vc)
+            regenerated = regenerate_view(self, self._vc)
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
     if root is not None:
+        if self.grad_fn is not None and root.grad_fn is not None and not regenerated:
+            # The op reads the view's elements of the root as it is now, through a new node: as
+            # in torch's CopySlices, the gradient for them goes straight to the root's history,
+            # never through the view's old grad_fn, whose hooks must not fire (Note [Stale views]).
+            regenerate_view(self, self._vc)
         if self.grad_fn is None or view_offset(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
@@ -144,7 +150,10 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     if root is not None:
         rebase_root(root, _snapshot(root), view_index(self, root), result)
     self.data[...] = result.data
-    _take_history(self, result)
+    if root is not None:
+        regenerate_view(self, self._vc)  # a view of the rebased root: See Note [Stale views] in _core.py
+    else:
+        _take_history(self, result)
     _bump(self, recorded=True)
     vc = self._vc
     if len(vc) > 2 and self.grad_fn is not None:
@@ -157,7 +166,7 @@ def rebase_root(root: Tensor, old_root: Tensor, positions: Any, result: Tensor) 
     ``positions``, ``result``): recorded with the differentiable ops, so the root's gradient
     reaches the old root outside the view's elements and ``result``'s inputs inside them
     (PyTorch's CopySlices). Shared with custom Functions' ``mark_dirty`` (engine/function.py)."""
-    flat = index.index_put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)))
+    flat = index.put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)), copy_slices=True)
     _take_history(root, shape._reshape(flat, root.shape, CopySlices))
 
 
@@ -175,10 +184,7 @@ def _take_history(t: Tensor, result: Tensor) -> None:
     """``t`` takes ``result``'s grad_fn; a retain_grad() moves with it, as in torch."""
     old_fn, old_nr = t.grad_fn, t._output_nr
     t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
-    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
-        retain = set_retains_grad(old_fn._hooks, old_nr, None)
-        if retain is not None:
-            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
+    move_retain(t, old_fn, old_nr)
 
 
 def _bump(self: Tensor, recorded: bool = False) -> None:
@@ -228,7 +234,8 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     if v.device is not self.device:  # copy_ and setitem take values from any device
         v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
     if record:
-        return _adopt(self, index.index_put(_snapshot(self), idx, v), name)
+        narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
+        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow), name)
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:

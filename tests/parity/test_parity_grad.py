@@ -742,7 +742,6 @@ def test_backward_no_grad():
         engine.backward([b], [None])
 
 
-@pytest.mark.xfail(strict=True, reason="a second backward through an index/index_put graph without retain_graph succeeds (and accumulates again) instead of raising 'Specify retain_graph=True'")
 def test_backward_twice_with_saved_values():
     """Port of test_autograd.py TestAutograd.test_backward_twice_with_saved_values."""
     b = randn(3, requires_grad=True)

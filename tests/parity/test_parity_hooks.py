@@ -445,7 +445,6 @@ def test_retains_grad_inplace_multiple_outputs():
     assert_equal(gmean, gmean_expected)
 
 
-@pytest.mark.xfail(strict=True, reason="retain_grad does not follow views through an in-place op on a sibling view: view.grad is 2 (old version), view2.grad None")
 def test_retain_grad_inplace_over_view():
     """Port of test_autograd.py TestAutograd.test_retain_grad_inplace_over_view."""
     base = t([1.0], requires_grad=True).clone()
@@ -528,7 +527,6 @@ def test_tensor_hooks_inplace_multiple_outputs():
     assert counts == [1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason="a hook registered on a view before an in-place op through a sibling view still fires after the view's history is regenerated")
 def test_tensor_hooks_inplace_over_view():
     """Port of test_autograd.py TestAutograd.test_tensor_hooks_inplace_over_view."""
     count = [0]

@@ -1,0 +1,245 @@
+"""Views and in-place ops against torch 2.13's observable behaviour (issue 16): a second
+backward through a freed graph that in-place writes recorded, saved index tensors, and views
+made stale by an in-place op on their base or a sibling view."""
+from __future__ import annotations
+
+import pytest
+
+from threadgrad import engine, ops
+
+TWICE = "Specify retain_graph=True"
+MODIFIED = "modified by an inplace operation"
+
+
+def _w() -> engine.Tensor:
+    return engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+
+
+def _setitem(y: engine.Tensor, idx, value) -> engine.Tensor:
+    y[idx] = value
+    return y
+
+
+# -- a second backward through a freed graph ------------------------------------------------
+# Each graph is built from nodes that save nothing but the ones under test (clone, slicing,
+# sum), so only the node under test can refuse the second run. torch 2.13 raises for each.
+TWICE_RAISES = {
+    "setitem_int": lambda w: _setitem(w.clone(), 1, 5.0),                     # CopySlices
+    "setitem_slice": lambda w: _setitem(engine.zeros(3), slice(0, 2), w[:2]),  # CopySlices
+    "setitem_none": lambda w: _setitem(engine.zeros(3), None, w),               # CopySlices
+    "inplace_on_view": lambda w: (lambda y: (y[1:].add_(1.0), y)[1])(w.clone()),  # CopySlices
+    "getitem_list": lambda w: w[[0, 2]],                                        # IndexBackward0
+    "getitem_mask": lambda w: w[engine.tensor([True, False, True])],            # IndexBackward0
+    "setitem_list": lambda w: _setitem(w.clone(), [0], 7.0),                    # IndexPutBackward0
+    "index_put": lambda w: ops.index_put(engine.zeros(3), (engine.tensor([0, 1]),), w[:2]),
+    "gather": lambda w: ops.gather(w, 0, engine.tensor([0, 0])),                # GatherBackward0
+}
+
+
+@pytest.mark.parametrize("make", TWICE_RAISES.values(), ids=TWICE_RAISES.keys())
+def test_second_backward_through_freed_index_or_copyslices_graph_raises(make) -> None:
+    """torch: test_autograd.py TestAutograd.test_backward_twice_with_saved_values, widened to
+    every node torch frees here (CopySlices drops its wrapped node; the index nodes their
+    saved indices)."""
+    w = _w()
+    out = make(w)
+    out.sum().backward()
+    first = w.grad.tolist()
+    with pytest.raises(RuntimeError, match=TWICE):
+        out.sum().backward()
+    assert w.grad.tolist() == first  # nothing accumulated by the refused run
+
+
+def test_brief_repro_index_put_of_index() -> None:
+    """The issue's repro: c[[1, 2]] = b[[1, 1]] on a constant c, backward twice."""
+    b = engine.randn(3, requires_grad=True)
+    c = engine.zeros(3)
+    c[[1, 2]] = b[[1, 1]]
+    c.backward(engine.ones(3))
+    with pytest.raises(RuntimeError, match=TWICE):
+        c.backward(engine.ones(3))
+    assert b.grad.tolist() == [0.0, 2.0, 0.0]
+
+
+# Writes through an index that covers the whole tensor are plain fill_/copy_ in torch
+# (FillBackward, CopyBackwards): they save nothing and run again (torch 2.13's results).
+TWICE_RUNS = {
+    "setitem_ellipsis": (lambda w: _setitem(w.clone(), Ellipsis, 5.0), [0.0, 0.0, 0.0]),
+    "setitem_full_slice": (lambda w: _setitem(w.clone(), slice(None), 5.0), [0.0, 0.0, 0.0]),
+    "fill_": (lambda w: w.clone().fill_(5.0), [0.0, 0.0, 0.0]),
+    "zero_": (lambda w: w.clone().zero_(), [0.0, 0.0, 0.0]),
+    "copy_": (lambda w: engine.zeros(3).copy_(w), [2.0, 2.0, 2.0]),
+    "setitem_ellipsis_value": (lambda w: _setitem(engine.zeros(3), Ellipsis, w), [2.0, 2.0, 2.0]),
+    "basic_getitem": (lambda w: w[1:], [0.0, 2.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("make, grad", TWICE_RUNS.values(), ids=TWICE_RUNS.keys())
+def test_second_backward_through_whole_tensor_writes_runs(make, grad) -> None:
+    w = _w()
+    out = make(w)
+    out.sum().backward()
+    out.sum().backward()
+    assert w.grad.tolist() == grad
+
+
+@pytest.mark.parametrize("make", TWICE_RAISES.values(), ids=TWICE_RAISES.keys())
+def test_retain_graph_runs_twice_with_the_same_gradient(make) -> None:
+    w = _w()
+    out = make(w)
+    out.sum().backward(retain_graph=True)
+    first = w.grad.tolist()
+    out.sum().backward()
+    assert w.grad.tolist() == [2 * g for g in first]
+
+
+# -- saved index tensors ---------------------------------------------------------------------
+def _modify_index_after(op):
+    x = engine.randn(3, requires_grad=True)
+    i = engine.tensor([0, 1])
+    out = op(x, i)
+    i.add_(1)  # the gradient would go to [1, 2] if the index were not saved
+    return out
+
+
+@pytest.mark.parametrize("op", [
+    lambda x, i: x[i],
+    lambda x, i: ops.gather(x, 0, i),
+    lambda x, i: _setitem(engine.zeros(3), i, x[:2]),
+], ids=["getitem", "gather", "setitem"])
+def test_index_tensor_changed_in_place_after_the_op_raises(op) -> None:
+    """torch saves the index tensors, so backward raises where it would otherwise send the
+    gradient to the index's new positions (silently wrong before)."""
+    out = _modify_index_after(op)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        out.sum().backward()
+
+
+def test_gather_input_changed_in_place_raises() -> None:
+    """torch's GatherBackward0 saves its input too."""
+    x = engine.randn(3, requires_grad=True).clone()
+    out = ops.gather(x, 0, engine.tensor([0, 1]))
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        out.sum().backward()
+
+
+@pytest.mark.parametrize("op, packed", [
+    (lambda x, i: x[i], 1),
+    (lambda x, i: ops.gather(x, 0, i), 2),
+    (lambda x, i: _setitem(x.clone(), i, 5.0), 1),
+    (lambda x, i: _setitem(x.clone(), slice(1, 3), 5.0), 0),
+    (lambda x, i: x.clone()[1:].add_(1.0), 0),
+], ids=["getitem", "gather", "setitem_list", "setitem_slice", "inplace_on_view"])
+def test_pack_hooks_see_what_torch_saves(op, packed) -> None:
+    """The counts torch 2.13 gives under saved_tensors_hooks."""
+    n = []
+    x = _w()
+    with engine.saved_tensors_hooks(lambda t: n.append(t) or t, lambda t: t):
+        op(x, engine.tensor([0, 2]))
+    assert len(n) == packed
+
+
+def test_double_backward_through_advanced_index() -> None:
+    """The index saved by getitem's backward-of-backward: d/dx of sum(g[i] * x[i]) style."""
+    x = _w()
+    y = x[[0, 0, 2]]
+    (g,) = engine.grad((y * y).sum(), x, create_graph=True)
+    assert g.tolist() == [4.0, 0.0, 6.0]
+    (gg,) = engine.grad(g.sum(), x)
+    assert gg.tolist() == [4.0, 0.0, 2.0]
+
+
+# -- views made stale by an in-place op on their base or a sibling --------------------------
+def test_retain_grad_follows_view_and_stale_sibling() -> None:
+    """torch: test_autograd.py TestAutograd.test_retain_grad_inplace_over_view, with distinct
+    weights so each view's .grad is its own use's gradient (torch 2.13's values)."""
+    w = _w()
+    y = w * 1.0
+    a, b = y[0:2], y[1:]
+    a.retain_grad()
+    b.retain_grad()
+    a.mul_(3.0)
+    (a * engine.tensor([1.0, 10.0]) + b * engine.tensor([100.0, 1000.0])).sum().backward()
+    assert a.grad.tolist() == [1.0, 10.0]  # not the sum over every use of 3 * a (was 301)
+    assert b.grad.tolist() == [100.0, 1000.0]  # was None: the retain hook stayed on the old node
+    assert w.grad.tolist() == [3.0, 330.0, 1000.0]
+
+
+def test_stale_view_requires_grad_and_grad_see_the_base() -> None:
+    """The issue's repro: a view of a tensor outside the graph, which an in-place op then puts
+    in the graph."""
+    r = engine.ones(1, requires_grad=True)
+    x = engine.ones(5)
+    v = x[1]
+    x.add_(r)
+    assert v.requires_grad is True and v.is_leaf is False
+    assert [g.tolist() for g in engine.grad(v, r)] == [[1.0]]
+
+
+def test_stale_view_attributes_refresh_under_no_grad() -> None:
+    r = engine.ones(1, requires_grad=True)
+    x = engine.ones(5)
+    v = x[1]
+    x.add_(r)
+    with engine.no_grad():
+        assert v.requires_grad is True and v.is_leaf is False
+    assert v.grad_fn.name() == "AsStridedBackward0"  # torch's name for a regenerated view
+    assert [g.tolist() for g in engine.grad(v, r)] == [[1.0]]
+
+
+@pytest.mark.parametrize("run", ["backward", "grad"])
+def test_backward_from_a_stale_view_uses_the_base_history(run) -> None:
+    """Was silently [0, 1, 0]: the view's old graph, from before y.mul_(2)."""
+    w = _w()
+    y = w * 1.0
+    v = y[1]
+    y.mul_(2.0)
+    if run == "backward":
+        v.backward()
+        assert w.grad.tolist() == [0.0, 2.0, 0.0]
+    else:
+        assert [g.tolist() for g in engine.grad(v, w)] == [[0.0, 2.0, 0.0]]
+
+
+def test_hooks_on_a_stale_sibling_registered_after_fire_before_do_not() -> None:
+    """torch: test_autograd.py TestAutograd.test_tensor_hooks_inplace_over_view, without
+    reading grad_fn first: registering the hook brings the view up to date."""
+    w = _w()
+    y = w * 1.0
+    a, b = y[0:2], y[1:]
+    before, after = [], []
+    b.register_hook(lambda g: before.append(g.tolist()))
+    a.mul_(3.0)
+    b.register_hook(lambda g: after.append(g.tolist()))
+    b.retain_grad()
+    (b * engine.tensor([1.0, 10.0])).sum().backward()
+    assert before == [] and after == [[1.0, 10.0]]
+    assert b.grad.tolist() == [1.0, 10.0] and w.grad.tolist() == [0.0, 3.0, 10.0]
+
+
+def test_hook_on_a_view_before_its_own_in_place_op_does_not_fire() -> None:
+    """As torch 2.13: the op's gradient for the view's old value goes to the base's history
+    directly (CopySlices), not through the view's old grad_fn, so its hook does not run."""
+    w = _w()
+    y = w * 1.0
+    a = y[0:2]
+    fired = []
+    a.register_hook(lambda g: fired.append(g.tolist()))
+    a.retain_grad()
+    a.mul_(3.0)
+    (a * engine.tensor([1.0, 10.0])).sum().backward()
+    assert fired == []
+    assert a.grad.tolist() == [1.0, 10.0] and w.grad.tolist() == [3.0, 30.0, 0.0]
+    assert a.grad_fn.name() == "AsStridedBackward0"
+
+
+def test_in_place_on_a_view_then_backward_from_it_twice_raises() -> None:
+    """The view's history passes through its base's CopySlices, as in torch."""
+    w = _w()
+    y = w.clone()  # the base stays alive (a view does not keep it)
+    v = y[0:2]
+    v.fill_(3.0)
+    v.sum().backward()
+    with pytest.raises(RuntimeError, match=TWICE):
+        v.sum().backward()
