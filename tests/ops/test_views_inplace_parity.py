@@ -243,3 +243,13 @@ def test_in_place_on_a_view_then_backward_from_it_twice_raises() -> None:
     v.sum().backward()
     with pytest.raises(RuntimeError, match=TWICE):
         v.sum().backward()
+
+
+def test_grad_from_a_never_read_stale_view_of_a_tensor_outside_the_graph():
+    """Issue 16 A's repro, torch's value: grad(v, r) == (1.,), the view not read before."""
+    r = engine.ones(1, requires_grad=True)
+    x = engine.ones(5)
+    v = x[1]
+    x.add_(r)
+    (g,) = engine.grad(v, r)
+    assert g.tolist() == [1.0]
