@@ -65,6 +65,11 @@ class ThreadgradBackend:
     def checkpoint(self, fn: Callable, *args: Any, use_reentrant: bool) -> Any:
         return self.engine.checkpoint(fn, *args, use_reentrant=use_reentrant)
 
+    def saved_hooks(self, kind: str) -> Any:
+        if kind == "cpu":
+            return self.engine.save_on_cpu()
+        return self.engine.saved_tensors_hooks(lambda t: t.detach().clone(), lambda t: t)
+
     def backward(self, root: Any, gout: Any, inputs: Any) -> None:
         self.engine.backward(root, gout, retain_graph=True, inputs=inputs)
 
@@ -116,6 +121,11 @@ class TorchBackend:
 
     def checkpoint(self, fn: Callable, *args: Any, use_reentrant: bool) -> Any:
         return self.torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=use_reentrant)
+
+    def saved_hooks(self, kind: str) -> Any:
+        if kind == "cpu":
+            return self.torch.autograd.graph.save_on_cpu()
+        return self.torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().clone(), lambda t: t)
 
     def backward(self, root: Any, gout: Any, inputs: Any) -> None:
         self.torch.autograd.backward(root, gout, retain_graph=True, inputs=inputs)

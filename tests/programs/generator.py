@@ -18,6 +18,10 @@ a replay. Schema:
     ``"body"`` of steps over the names ``a0, a1, ...`` (its args), the leaves (used as closure
     variables: a parameter used inside and outside) and earlier body names, and ``"result"``).
     Every value is a 3x3 float64 tensor.
+    A top-level step may carry ``"saved_hooks"``: it runs under saved-tensor hooks that keep a
+    detached copy of each saved tensor (``"copy"``) or a host copy (``"cpu"``, torch's
+    ``save_on_cpu``): values are unchanged, so gradients must be too; the unpacked tensors
+    must stand for the originals in the graph.
 ``retain``
     values whose ``retain_grad()`` is called (by thread ``"retain_thread"``).
 ``hooks``
@@ -215,6 +219,12 @@ def generate(seed: int) -> dict:
                           "inputs": inputs, "fault": fault})
             cid += 1
         threads.append(calls)
+    # Saved-tensor hooks on some top-level ops, drawn from a stream of their own so that the
+    # rest of every seed's program is what it was before this feature existed.
+    hooks_rng = random.Random(seed * 7919 + 17)
+    for step in steps:
+        if step["op"] not in ("checkpoint", "fault") and hooks_rng.random() < 0.25:
+            step["saved_hooks"] = hooks_rng.choice(("copy", "cpu"))
     return {"seed": seed, "leaves": leaves, "consts": consts, "steps": steps, "retain": retain,
             "retain_thread": rng.randrange(n_threads), "hooks": hooks, "temp_hooks": temp_hooks,
             "threads": threads, "churn": n_threads > 1 and rng.random() < 0.5}

@@ -92,7 +92,11 @@ def build(program: dict, be: Any, plain: bool) -> dict:
     for step in program["steps"]:
         if plain and step["op"] == "fault":
             continue
-        env[step["out"]] = _apply(be, step, env, plain)
+        if step.get("saved_hooks") and not plain:  # the plain reference saves as is: same values
+            with be.saved_hooks(step["saved_hooks"]):
+                env[step["out"]] = _apply(be, step, env, plain)
+        else:
+            env[step["out"]] = _apply(be, step, env, plain)
     return env
 
 

@@ -4,7 +4,7 @@ The engine's bugs lived where two features meet: checkpoint and a shared paramet
 retain_grad and ``inputs=``, hooks and threads, an interrupt and a device hand-off. Each seed
 here is one program from ``programs.generate`` (tests/programs): a forward over a few float64
 leaves mixing devices, both checkpoint variants, reentrant custom Functions, views and
-detach; retain_grad; tensor, node pre/post and post-accumulate-grad hooks registered
+detach, some ops under saved-tensor hooks (copies, save_on_cpu); retain_grad; tensor, node pre/post and post-accumulate-grad hooks registered
 concurrently by 1-4 threads (plus hooks added and removed around the calls); then each
 thread's ``backward`` / ``grad`` calls (``inputs=`` or not) on the shared retained graph,
 some of them failing by design (a custom exception or KeyboardInterrupt, from a node or a
@@ -90,8 +90,9 @@ def test_the_generator_is_deterministic_and_covers_every_feature():
             seen.add("retain")
         if p["churn"]:
             seen.add("churn")
+        seen.update(f"saved-{s['saved_hooks']}" for s in p["steps"] if s.get("saved_hooks"))
     expected = {"to", "detach", "r_tanh", "r_mul", "fault", "checkpoint", "ckpt-True", "ckpt-False",
                 "hook-tensor", "hook-pre", "hook-post", "hook-post_acc", "hook-raise", "fault-exc",
                 "fault-kbi", "threads-1", "threads-4", "backward-inputs", "grad-inputs", "retain", "churn",
-                "rowroll", "splitswap", "treshape", "sumk", "matmul"}
+                "rowroll", "splitswap", "treshape", "sumk", "matmul", "saved-copy", "saved-cpu"}
     assert expected <= seen, sorted(expected - seen)
