@@ -107,7 +107,11 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
             # in torch's CopySlices, the gradient for them goes straight to the root's history,
             # never through the view's old grad_fn, whose hooks must not fire (Note [Stale views]).
             regenerate_view(self, self._vc)
-        if self.grad_fn is None or view_offset(self, root) is None:
+        # A view of a tensor outside the graph (no history on either) is recorded: the base joins
+        # the graph through CopySlices, as torch's (the "fill a preallocated buffer" pattern).
+        # Refused: a view made under no_grad of a base in the graph that could not take its
+        # history anew, and a base whose array layout cannot be read.
+        if (self.grad_fn is None and root.grad_fn is not None) or view_offset(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
                 f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "

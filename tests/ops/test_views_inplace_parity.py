@@ -253,3 +253,21 @@ def test_grad_from_a_never_read_stale_view_of_a_tensor_outside_the_graph():
     x.add_(r)
     (g,) = engine.grad(v, r)
     assert g.tolist() == [1.0]
+
+
+def test_writing_into_a_view_of_a_tensor_outside_the_graph_is_recorded():
+    """Issue 16 B, torch's values: the preallocated buffer joins the graph through CopySlices."""
+    import numpy as np
+
+    w = engine.tensor([1.0, 2.0, 3.0], dtype=np.float64, requires_grad=True)
+    out = engine.zeros(3, 4, dtype=np.float64)
+    out[0][1] = w[0] * 3
+    out[2, 1:3] = w[1:3] * w[1:3]
+    assert out.requires_grad
+    (g,) = engine.grad((out * out).sum(), w)
+    assert g.tolist() == [18.0, 32.0, 108.0]
+    a = engine.tensor([2.0, 5.0], dtype=np.float64)
+    b = engine.tensor([3.0], dtype=np.float64, requires_grad=True)
+    a[1:2].mul_(b)
+    assert a.tolist() == [2.0, 15.0] and a.requires_grad
+    assert engine.grad(a.sum(), b)[0].tolist() == [5.0]

@@ -396,7 +396,6 @@ def test_retain_grad():
     assert_equal(inp.grad, inp * 18)
 
 
-@pytest.mark.xfail(strict=True, reason="an in-place op writing a grad-requiring value into a view of a tensor outside the graph raises instead of recording")
 def test_retain_grad_inplace():
     """Port of test_autograd.py TestAutograd.test_retain_grad_inplace."""
     a = t([1.0], requires_grad=True).clone()
