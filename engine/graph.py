@@ -404,6 +404,9 @@ class Node:
     # need, as torch's should_compute_output does (the executor masks them for post-hooks);
     # a custom Function returns what its backward returns (False there).
     computes_only_needed = True
+    # True for a node whose outputs are several views of one input (split): an in-place op on
+    # one of them is refused under grad mode, as torch refuses it (ops/inplace.py).
+    returns_multiple_views = False
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]

@@ -89,6 +89,13 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if self.grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
     root = _view_root(self)
+    fn = self.grad_fn
+    if fn is not None and fn.returns_multiple_views and root is not None:
+        raise RuntimeError(
+            f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
+            "is the output of a function that returns multiple views. Such functions do not allow the output "
+            "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
+        )
     regenerated = False
     if root is not None:
         if root.grad_fn is None and root._rg:

@@ -290,6 +290,7 @@ class SplitBackward0(Node):
     """One node for all the pieces: unused pieces send None, filled with zeros here."""
 
     __slots__ = ("dim", "sizes")
+    returns_multiple_views = True
 
     def backward(self, *grads: Tensor) -> tuple:
         like = next(g for g in grads if g is not None)

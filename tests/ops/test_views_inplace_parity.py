@@ -271,3 +271,18 @@ def test_writing_into_a_view_of_a_tensor_outside_the_graph_is_recorded():
     a[1:2].mul_(b)
     assert a.tolist() == [2.0, 15.0] and a.requires_grad
     assert engine.grad(a.sum(), b)[0].tolist() == [5.0]
+
+
+def test_in_place_on_a_split_piece_is_refused_at_the_op():
+    """Issue 16 C, torch's words: an in-place op on one view of a multi-view function (split)
+    under grad mode raises at the op (it used to run, then fail in backward)."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    s1, s2, s3 = ops.split(y, 1)
+    with pytest.raises(RuntimeError, match="Output 0 of SplitBackward0 is a view and is being modified inplace. "
+                                           "This view is the output of a function that returns multiple views."):
+        s1.mul_(s2)
+    assert y.tolist() == [1.0, 2.0, 3.0] and s1.version == 0
+    with engine.no_grad():
+        s1.mul_(2.0)  # not recorded: allowed, as in torch
+    assert y.tolist() == [2.0, 2.0, 3.0]
