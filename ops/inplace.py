@@ -90,7 +90,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         raise RuntimeError(LEAF_MESSAGE)
     root = _view_root(self)
     fn = self.grad_fn
-    if fn is not None and fn.returns_multiple_views and root is not None:
+    if fn is not None and fn.returns_multiple_views:  # (its base may be gone: still a view)
         raise RuntimeError(
             f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
             "is the output of a function that returns multiple views. Such functions do not allow the output "
