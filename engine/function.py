@@ -233,6 +233,10 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         o.grad_fn = ctx
         o._rg = True
         o._output_nr = i
+        if given not in ctx._dirty and any(o._vc is a._vc for a in args if isinstance(a, Tensor)):
+            # A view of an input (or the input returned as-is): an in-place op on it would
+            # override this Function's backward, so it is refused there, as torch refuses it.
+            ctx.custom_view_outputs = ctx.custom_view_outputs + (i,)
     gens = []
     for o, base in rebase:
         if o.grad_fn is not ctx:

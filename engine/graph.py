@@ -407,6 +407,9 @@ class Node:
     # True for a node whose outputs are several views of one input (split): an in-place op on
     # one of them is refused under grad mode, as torch refuses it (ops/inplace.py).
     returns_multiple_views = False
+    # Outputs of a custom Function that are views of its inputs (set per node by
+    # engine/function.py): refused in place under grad mode, as torch (ops/inplace.py).
+    custom_view_outputs: tuple = ()
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]

@@ -90,6 +90,14 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         raise RuntimeError(LEAF_MESSAGE)
     root = _view_root(self)
     fn = self.grad_fn
+    if fn is not None and self._output_nr in fn.custom_view_outputs:
+        raise RuntimeError(
+            f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
+            "was created inside a custom Function (or because an input was returned as-is) and the autograd "
+            "logic to handle view+inplace would override the custom backward associated with the custom "
+            "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
+            "the output of the custom Function."
+        )
     if fn is not None and fn.returns_multiple_views:  # (its base may be gone: still a view)
         raise RuntimeError(
             f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "

@@ -286,3 +286,39 @@ def test_in_place_on_a_split_piece_is_refused_at_the_op():
     with engine.no_grad():
         s1.mul_(2.0)  # not recorded: allowed, as in torch
     assert y.tolist() == [2.0, 2.0, 3.0]
+
+
+class _ViewOut(engine.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return a[0:2]
+
+    @staticmethod
+    def backward(ctx, g):
+        r = engine.zeros(3, dtype=g.dtype)
+        r[0:2] = g
+        return r
+
+
+class _Same(engine.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return a
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10.0  # a custom gradient the view+in-place logic would silently replace
+
+
+@pytest.mark.parametrize("fn", [_ViewOut, _Same], ids=["view-of-input", "input-as-is"])
+def test_in_place_on_a_custom_functions_view_output_is_refused_at_the_op(fn):
+    """Issue 16 C (second half), torch's words: the view+in-place logic would override the
+    custom backward, so torch refuses it; it used to be accepted and regenerated past it."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    o = fn.apply(x * 1.0)
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace. This view was created inside a "
+                                           "custom Function \\(or because an input was returned as-is\\)"):
+        o.mul_(2.0)
+    o.sum().backward()  # the graph is intact: the custom backward runs
+    expected = [1.0, 1.0, 0.0] if fn is _ViewOut else [10.0, 10.0, 10.0]
+    assert x.grad.tolist() == expected
