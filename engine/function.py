@@ -244,7 +244,9 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         if base is not None:
             _rebase(ctx, o, *base)
         stale_views(o)  # its views (or the other views of its base) now hold an old graph
-        if base is not None:
+        if len(o._vc) > 2:
+            # o itself is up to date (its base rebased, or gone: nothing left to rebase, but its
+            # siblings, if any, are stale all the same)
             gens.append(o._vc[2])
     if gens:
         ctx._view_gen = min(gens)  # the dirty views are up to date; min: views of several bases

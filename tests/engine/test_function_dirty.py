@@ -216,3 +216,25 @@ def test_non_differentiable_input_returned_as_is_gets_no_gradient():
     assert doubled.grad_fn.name() == "PassThroughBackward"
     (same.sum() + doubled.sum()).backward()  # same contributes nothing
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_dirty_view_whose_base_is_gone_is_up_to_date():
+    """Issue 16 G(1), torch's values: MyAdder.apply(a.clone().view(2), b) gives [2, 2] and
+    gradients [1, 1] for both, though nothing keeps the view's base alive."""
+    class MyAdder(engine.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            a.add_(b)
+            ctx.mark_dirty(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, g
+
+    a = engine.ones(2, requires_grad=True)
+    b = engine.ones(2, requires_grad=True)
+    out = MyAdder.apply(a.clone().view(2), b)
+    assert out.tolist() == [2.0, 2.0]
+    out.sum().backward()
+    assert a.grad.tolist() == [1.0, 1.0] and b.grad.tolist() == [1.0, 1.0]
