@@ -258,6 +258,7 @@ def test_current_stream_is_per_thread_and_per_device(cuda):
             assert cuda.dev1.current_stream() is t and cuda.dev.current_stream() is cuda.Stream.null
 
 
+@pytest.mark.timeout(30)
 def test_arrays_synchronize_and_activate(cuda):
     a = cuda.dev1.asarray([1, 2], dtype=np.float32)
     assert a.dtype == np.float32 and a.tolist() == [1.0, 2.0]

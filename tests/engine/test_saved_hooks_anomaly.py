@@ -29,6 +29,7 @@ def test_pack_and_unpack_see_every_saved_tensor():
     np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy() * np.exp(x.detach().numpy() ** 2))
 
 
+@pytest.mark.timeout(30)
 def test_hooks_are_thread_local_and_nest():
     outer, inner = [], []
     with engine.saved_tensors_hooks(lambda t: outer.append(1) or t, lambda t: t):
@@ -119,6 +120,7 @@ def test_anomaly_attaches_the_forward_traceback_to_errors_in_backward():
     assert "y = Boom.apply(x)  # this line must appear in the note" in notes
 
 
+@pytest.mark.timeout(30)
 def test_anomaly_mode_is_thread_local_and_set_detect_anomaly_restores():
     assert not engine.is_anomaly_enabled()
     with engine.set_detect_anomaly(True):
