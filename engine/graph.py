@@ -576,9 +576,9 @@ class AccumulateGrad(Node):
             if owned:
                 g.owner = None
             with self._lock:
-                first = var._grad is None and not tls.grad_enabled
+                first = self._hooks is not None and var._grad is None  # (only hooks need to know)
                 accumulate_into(var, g, owned)
-                if first and self._hooks is not None:
+                if first and not tls.grad_enabled:
                     # torch steals this first gradient as .grad, so its node post-hooks see .grad
                     # itself as grad_outputs[0]: give them the same (the executor passes this list).
                     grads[0] = var._grad

@@ -423,7 +423,7 @@ def gradient_edge(t: Tensor) -> tuple:
 
 
 def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
-    """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock, or nonleaf_grad_lock).
+    """Add gradient ``g`` into ``var.grad`` (caller holds the leaf's lock, or LOCKS.nonleaf_grad).
 
     Under grad mode (create_graph) the first gradient is copied and the sums are out of place,
     both recorded in the graph (torch's clone). Otherwise the first gradient's array is adopted
