@@ -203,13 +203,15 @@ div_ = _binary_inplace("div_", elementwise.div, "true_divide")
 
 def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     """``self[idx] = value`` in place: recorded as :func:`ops.index_put` on a snapshot."""
+    idx = index.select_ints(idx)
     v = as_operand(value, self, name)
     record = _must_record(self, (v,), name)
     if v.device is not self.device:  # copy_ and setitem take values from any device
         v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
     if record:
         narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
-        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow), name)
+        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow,
+                                      node_cls=None if narrow else _whole_write_node(idx, value, name)), name)
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
@@ -219,6 +221,19 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
                       f"of a tensor of shape {list(self.shape)} ({e})") from None
     _bump(self)
     return self
+
+
+def _whole_write_node(idx: Any, value: Any, name: str) -> type | None:
+    """torch's node for a write to all of a tensor (None: an advanced index, IndexPutBackward0)."""
+    if name == "zero_":
+        return index.ZeroBackward0
+    if name == "fill_":
+        return index.FillBackward3 if isinstance(value, Tensor) else index.FillBackward2
+    if name == "copy_":
+        return index.CopyBackwards
+    if index.is_basic(idx):  # x[...] = v, x[:] = v: a number or a 0-d value fills, else copies
+        return index.FillBackward3 if not isinstance(value, Tensor) or value.ndim == 0 else index.CopyBackwards
+    return None
 
 
 def fill_(self: Tensor, value: Any) -> Tensor:

@@ -465,3 +465,45 @@ def test_a_view_keeps_its_base_alive_so_its_history_can_be_taken_anew():
     v1.mul_(3.0)  # v2 is stale now; its base is alive, so it takes its history anew
     (v2 * engine.tensor([1.0, 10.0])).sum().backward()
     assert x.grad.tolist() == [1.0, 30.0, 0.0]
+
+
+# -- x[t] for a 0-d integer tensor t selects, as torch's indexing -------------------------
+
+def test_indexing_with_a_0d_integer_tensor_is_a_view_as_an_int():
+    """torch 2.13: ``t[torch.tensor(1)]`` is ``t[1]`` (a view that writes through; SelectBackward
+    history); a 0-d bool tensor stays a mask; index_put keeps tensors as advanced indices."""
+    t = engine.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    s = t[engine.tensor(1)]
+    assert s._base is t
+    s.add_(100.0)
+    assert t.tolist()[1] == [103.0, 104.0, 105.0]
+    t[engine.tensor(0), engine.tensor(2)] = -1.0
+    assert t.tolist()[0] == [0.0, 1.0, -1.0]
+    assert t[engine.tensor(True)].shape == (1, 2, 3)
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    y[engine.tensor(1)] = 7.0
+    assert y.grad_fn.name() == "CopySlices"
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("write, name", [
+    (lambda y, s: y.fill_(s), "FillBackward3"),
+    (lambda y, s: y.fill_(2.0), "FillBackward2"),
+    (lambda y, s: y.zero_(), "ZeroBackward0"),
+    (lambda y, s: y.copy_(y * 2), "CopyBackwards"),
+    (lambda y, s: y.__setitem__(Ellipsis, 3.0), "FillBackward3"),
+    (lambda y, s: y.__setitem__(slice(None), y * 2), "CopyBackwards"),
+    (lambda y, s: y.__setitem__([0, 1], 3.0), "IndexPutBackward0"),
+    (lambda y, s: y.__setitem__(1, s), "CopySlices"),
+], ids=["fill_tensor", "fill_number", "zero", "copy", "setitem_ellipsis", "setitem_all", "setitem_list",
+        "setitem_int"])
+def test_in_place_writes_carry_torchs_node_names(write, name):
+    """torch 2.13's grad_fn for each whole-tensor or sliced write (names only: the gradients are
+    index_put's and are tested above)."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    s = engine.tensor(5.0, requires_grad=True)
+    y = x * 1.0
+    write(y, s)
+    assert y.grad_fn.name() == name
