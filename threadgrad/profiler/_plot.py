@@ -40,7 +40,8 @@ def plot_timeline(prof: Any, path: str, title: str | None = None) -> None:
     ax = fig.add_subplot()
     node_h, call_h, op_h = 0.5, 0.12, 0.18
     bars: dict[tuple, list] = {}
-    labels = []
+    labels: list = []
+    op_labels: list = []
     for e in events:
         y = lane_y[e.thread]
         x, w = e.start_us * scale, max(e.duration_us * scale, end_us * scale / 4000)
@@ -51,6 +52,7 @@ def plot_timeline(prof: Any, path: str, title: str | None = None) -> None:
             bars.setdefault((y - node_h / 2 - call_h - 0.03, call_h, "#333333", 0.6), []).append((x, w))
         else:
             bars.setdefault((y + node_h / 2 + 0.03, op_h, "#AAAAAA", 1.0), []).append((x, w))
+            op_labels.append((w, x, y + node_h / 2 + 0.03 + op_h / 2, e.name))
     for (y0, h, c, alpha), xs in bars.items():
         ax.broken_barh(xs, (y0, h), facecolors=c, edgecolors="white", linewidth=0.3, alpha=alpha)
     span = end_us * scale
@@ -59,6 +61,11 @@ def plot_timeline(prof: Any, path: str, title: str | None = None) -> None:
         if w < span * 0.06:
             break
         ax.text(x + w / 2, y, name, ha="center", va="center", fontsize=6.5, color="white", clip_on=True)
+    op_labels.sort(reverse=True)
+    for w, x, y, name in op_labels[:_MAX_LABELS]:
+        if w < span * 0.04:
+            break
+        ax.text(x + w / 2, y, name, ha="center", va="center", fontsize=6, color="black", clip_on=True)
     step = max(1, len(handoffs) // _MAX_ARROWS)
     for h in handoffs[::step]:
         ax.annotate("", xy=(h.dst_us * scale, lane_y[h.dst_thread]), xytext=(h.src_us * scale, lane_y[h.src_thread]),
