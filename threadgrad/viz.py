@@ -79,11 +79,6 @@ def make_dot(tensor: "Tensor | Sequence[Tensor]", params: Mapping[str, Tensor] |
     value saved under ``saved_tensors_hooks`` is drawn as packed; after a backward that freed
     them, the node says so). ``max_nodes``: stop with ValueError once the graph has more
     backward nodes than this (None: no limit)."""
-    try:
-        import graphviz
-    except ImportError as e:
-        raise ImportError("make_dot needs the graphviz Python package: pip install 'threadgrad[viz]' "
-                          "(rendering to an image also needs Graphviz's dot program)") from e
     outputs = (tensor,) if isinstance(tensor, Tensor) else tuple(tensor)
     for t in outputs:
         if not isinstance(t, Tensor):
@@ -94,10 +89,7 @@ def make_dot(tensor: "Tensor | Sequence[Tensor]", params: Mapping[str, Tensor] |
             raise TypeError(f"make_dot: params[{name!r}] must be a Tensor, got {type(p).__name__}")
         names[id(p)] = name
 
-    dot = graphviz.Digraph(
-        node_attr=dict(style="filled", shape="box", align="left", fontsize="10", ranksep="0.1", height="0.2",
-                       fontname="monospace"),
-        graph_attr=dict(size="12,12"))
+    dot = _Statements()  # the walk first (its errors need no graphviz), then the Digraph
     palette: dict[str, str] = {}
     seen: dict[int, str] = {}  # id(node) -> its DOT name
     device_of: dict[int, Any] = {}
@@ -166,9 +158,33 @@ def make_dot(tensor: "Tensor | Sequence[Tensor]", params: Mapping[str, Tensor] |
             if nxt is not None:
                 dot.edge(visit(nxt, child_device), me)
 
+    try:
+        import graphviz
+    except ImportError as e:
+        raise ImportError("make_dot needs the graphviz Python package: pip install 'threadgrad[viz]' "
+                          "(rendering to an image also needs Graphviz's dot program)") from e
+    graph = graphviz.Digraph(
+        node_attr=dict(style="filled", shape="box", align="left", fontsize="10", ranksep="0.1", height="0.2",
+                       fontname="monospace"),
+        graph_attr=dict(size="12,12"))
+    for method, args, kwargs in dot.calls:
+        getattr(graph, method)(*args, **kwargs)
     used = sorted({str(d) for d in device_of.values() if d is not None} | {"cpu"}, key=lambda d: (d != "cpu", d))
-    with dot.subgraph(name="cluster_devices") as legend:  # the colour key
+    with graph.subgraph(name="cluster_devices") as legend:  # the colour key
         legend.attr(label="devices", fontsize="10", style="dashed")
         for d in used:
             legend.node(f"device_{d}", d, fillcolor=_colour(d, palette), shape="box")
-    return dot
+    return graph
+
+
+class _Statements:
+    """``node`` and ``edge`` calls kept in order, to be replayed on a ``graphviz.Digraph``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def node(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("node", args, kwargs))
+
+    def edge(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("edge", args, kwargs))
