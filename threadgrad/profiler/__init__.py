@@ -70,8 +70,9 @@ class profile:
     """Record the engine's timeline while the block runs (torch.profiler.profile's shape).
 
     One profile at a time in a process: starting a second one while another is active raises
-    RuntimeError. ``record_forward``: also time each op called outside backward (see
-    ``_ForwardTracer``: forward runs a few times slower while it records).
+    RuntimeError. ``record_forward``: also time each op called outside backward, through a
+    Python profile function (forward runs a few times slower while it records; see
+    docs/profiler.md).
     """
 
     def __init__(self, *, record_forward: bool = False) -> None:
