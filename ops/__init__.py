@@ -24,5 +24,6 @@ from .reduce import logsumexp, max, mean, min, sum
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
+from . import views  # noqa: F401 - binds engine._state.refresh_view
 
 __all__ = sorted(REGISTRY) + ["REGISTRY", "register"]

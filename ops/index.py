@@ -14,8 +14,9 @@ import numpy
 from .. import devices
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, mark_view_node, normalize_dim,
-                    record, record_unary, register, share_version, tls)
+from ..engine.versions import make_view, mark_view_node
+from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, normalize_dim,
+                    record, record_unary, register, tls)
 
 _cpu = devices.cpu
 
@@ -212,7 +213,7 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     out = _wrap(data, x.device)
     view = basic and data.base is not None
     if view:
-        share_version(out, x)  # See Note [Views and in-place] in _core.py
+        make_view(out, x)  # See Note [Versions and views] in engine/versions.py
     if tls.grad_enabled and x._rg:
         if basic:
             node = _basic_node_cls(idx, x.shape)()
@@ -235,7 +236,7 @@ class AsStridedBackward0(IndexBackward0):
 
 
 def take_view(flat: Tensor, positions: Any) -> Tensor:
-    """``flat[positions]`` for a view's regenerated history (``regenerate_view`` in _core.py):
+    """``flat[positions]`` for a view's regenerated history (``regenerate`` in views.py):
     the positions are internal, so kept on the node as they are, not saved (torch's
     AsStridedBackward0 saves nothing: Note [Saved indices])."""
     out = _wrap(flat.data[positions], flat.device)
