@@ -10,6 +10,7 @@ extension that fences docstring examples.
 from __future__ import annotations
 
 import os
+import re
 import pathlib
 from typing import Any
 
@@ -40,15 +41,23 @@ lay_out()
 class DoctestFences:
     """A griffe extension (mkdocs.yml: python handler ``extensions``): each run of ``>>>``
     example lines in a docstring, with the output lines after it, becomes a fenced ``pycon``
-    block, so Markdown shows it as code (unfenced, ``[...]`` in an output reads as a link)."""
+    block, so Markdown shows it as code (unfenced, ``[...]`` in an output reads as a link);
+    reST roles become code spans."""
 
     def __init__(self, **kwargs: Any) -> None:
         pass
 
     def on_instance(self, *, obj: Any, **kwargs: Any) -> None:
         doc = getattr(obj, "docstring", None)
-        if doc is not None and ">>>" in doc.value:
+        if doc is None:
+            return
+        if ">>>" in doc.value:
             doc.value = fence_doctests(doc.value)
+        if ":`" in doc.value:  # reST roles (:func:`name`) as Markdown code spans
+            doc.value = _ROLE.sub(r"`\1`", doc.value)
+
+
+_ROLE = re.compile(r":(?:func|class|meth|data|attr|mod|exc|obj):`~?([^`]+)`")
 
 
 def fence_doctests(text: str) -> str:
