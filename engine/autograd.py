@@ -18,7 +18,7 @@ import numpy
 
 from .. import devices
 
-from . import _state
+from . import _state, executor as _executor
 from ._state import tls
 from .executor import GraphTask, _current_streams, get_engine
 from .graph import GraphRoot, Node
@@ -291,7 +291,10 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
                 gt.runnable.add(edges[0][0])
     else:
         _compute_dependencies(gt, root)
-    eng.execute(gt, root)
+    if _executor._profiler is None:
+        eng.execute(gt, root)
+    else:  # the call's span: See Note [Profiler hooks] in executor.py
+        _executor._profiler.run_call(eng.execute, gt, root)
     return gt
 
 

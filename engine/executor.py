@@ -184,6 +184,20 @@ All of this is skipped unless a device with streams exists in the process
 (``devices.streams_in_use``, read once per GraphTask): cpu and virtual graphs pay one
 boolean test per node. The logic is tested against a numpy-backed stand-in for cupy's
 stream and event API (tests/devices/fake_cupy.py; docs/gpu.md).
+
+Note [Profiler hooks]
+~~~~~~~~~~~~~~~~~~~~~
+``threadgrad.profiler`` sees the executor through one module global, ``_profiler``: None
+unless a ``profile()`` block is active, then the recorder (``set_profiler``). Every hook
+site tests that one global and nothing else, so with no profile a node pays at most two
+tests (``_thread_main`` around the node, ``_push`` when it is queued): a global load and a
+compare each. The sites are: running a node (``_thread_main``: name, thread, device, task,
+start, duration), queueing one (``_push`` and the continuation that goes back to the
+queue: the queue wait, and a hand-off arrow when another thread runs it), handing a call to
+the pool (``run_async``), and one backward call (``autograd._run_backward``: the call's
+span). A node already running when the block ends may still report; the recorder drops
+what comes after its end. The cost off (benchmarks/instructions.py: 70-115 instructions of a
+27,000-32,000-instruction node) and on (about 1.3 us a node) is in docs/profiler.md.
 """
 from __future__ import annotations
 
@@ -203,6 +217,16 @@ from .tensor import disown, engine_sum
 
 _cpu = devices.cpu
 _next_tie = itertools.count().__next__
+
+# The active profile's recorder, or None: the one flag the hot path tests. Set only by
+# set_profiler (threadgrad.profiler's profile block). See Note [Profiler hooks].
+_profiler: Any = None
+
+
+def set_profiler(recorder: Any) -> None:
+    """Install ``recorder`` (None: none) as the executor's profiler. See Note [Profiler hooks]."""
+    global _profiler
+    _profiler = recorder
 
 # How long the main thread blocks at a time where it waits for other threads. CPython runs a
 # Python signal handler between bytecodes; a signal that arrives just before a blocking wait
@@ -600,6 +624,8 @@ class Engine:
         not shared yet). See Note [Threads and queues], [Completion] and [Shared tasks]."""
         gt.outstanding += 1
         prio = -(gt.prio_base | node.sequence_nr)
+        if _profiler is not None:  # See Note [Profiler hooks]
+            _profiler.queued(gt, node)
         if not device.needs_worker:
             gt.owner_queue.push(prio, gt, node, inputs, tie)
             return
@@ -714,6 +740,8 @@ class Engine:
 
     def run_async(self, job: Callable[[], None]) -> None:
         """Run ``job`` (a whole backward call) on a pool thread."""
+        if _profiler is not None:  # See Note [Profiler hooks]
+            job = _profiler.handed_to_pool(job)
         self._pool.submit(job)
 
     def _thread_main(self, wait_for: GraphTask | None, root: Node | None = None) -> None:
@@ -754,7 +782,10 @@ class Engine:
                     if current is not gt:
                         _install(gt)
                         current = gt
-                    nxt = run(gt, node, inputs, q is gt.owner_queue)
+                    if _profiler is None:
+                        nxt = run(gt, node, inputs, q is gt.owner_queue)
+                    else:  # See Note [Profiler hooks]
+                        nxt = _profiler.run_node(run, gt, node, inputs, q is gt.owner_queue)
                     if gt.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:
@@ -767,6 +798,8 @@ class Engine:
                         prio = -(gt.prio_base | node.sequence_nr)
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
+                            if _profiler is not None:  # See Note [Profiler hooks]
+                                _profiler.queued(gt, node)
                             q.push(prio, gt, node, inputs, tie)
                             break
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting

@@ -39,4 +39,6 @@ def _export_upper_layer() -> None:
 
 _export_upper_layer()
 
-__all__ = ["__version__", "devices", "engine", "ops"]
+from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
+
+__all__ = ["__version__", "devices", "engine", "ops", "profiler", "viz"]
