@@ -40,5 +40,6 @@ def _export_upper_layer() -> None:
 _export_upper_layer()
 
 from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
+from . import distributed  # noqa: E402 - data parallel over MPI (mpi4py loads at init_process_group)
 
-__all__ = ["__version__", "devices", "engine", "ops", "profiler", "viz"]
+__all__ = ["__version__", "devices", "distributed", "engine", "ops", "profiler", "viz"]
