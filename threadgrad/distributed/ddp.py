@@ -13,7 +13,7 @@ During a backward each leaf's post-accumulate-grad hook copies its ``.grad`` (ho
 cuda tensor) into its slot. A bucket whose slots are all written is *ready*, but it is
 launched (handed to this DDP's communication thread, which runs a blocking
 ``Allreduce(IN_PLACE)``: Note [Communication threads] in _comm.py) only once every earlier
-bucket was launched: hooks fire from several engine threads (device workers, cpu workers) in
+bucket was launched: hooks fire from several engine threads (the workers of the parameters' devices) in
 no fixed order, and MPI needs every rank to issue the collectives in one order. The first
 hook of a backward queues a final callback (``engine.queue_callback``) that, after the last
 node ran, writes what never arrived (zeros for unused parameters, or an error unless
