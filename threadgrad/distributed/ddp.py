@@ -37,24 +37,30 @@ FIRST_BUCKET_BYTES = 1024 * 1024
 
 
 class _Bucket:
-    __slots__ = ("index", "params", "offsets", "buffer", "mpi_dtype", "description")
+    __slots__ = ("index", "params", "offsets", "dtype", "mpi_dtype", "description")
 
-    def __init__(self, index: int, params: list[int], sizes: list[int], dtype: numpy.dtype, device: Any) -> None:
+    def __init__(self, index: int, params: list[int], sizes: list[int], dtype: numpy.dtype) -> None:
         self.index = index
         self.params = params
-        self.offsets = list(numpy.cumsum([0] + sizes))
-        self.buffer = numpy.zeros(self.offsets[-1], dtype=dtype)  # host memory, for every device
+        self.offsets = [int(o) for o in numpy.cumsum([0] + sizes)]
+        self.dtype = dtype
         self.mpi_dtype = None
         self.description = ""
+
+    def new_buffer(self) -> numpy.ndarray:
+        """A flat host array for one round (for every device: cuda goes through the host).
+        Fresh each round, so the .grad tensors the round hands out may be views of it."""
+        return numpy.empty(self.offsets[-1], dtype=self.dtype)
 
 
 class _Round:
     """The state of one synchronized backward."""
 
-    __slots__ = ("task", "ready", "pending", "next_launch", "works")
+    __slots__ = ("task", "ready", "pending", "next_launch", "works", "buffers")
 
     def __init__(self, task: Any, n_params: int, buckets: list[_Bucket]) -> None:
         self.task = task
+        self.buffers = [b.new_buffer() for b in buckets]
         self.ready = [False] * n_params
         self.pending = [len(b.params) for b in buckets]
         self.next_launch = 0
@@ -169,10 +175,10 @@ class DistributedDataParallel:
         buckets = []
         for k, ((dtype, device), members) in enumerate(groups):
             sizes = [int(numpy.prod(self.params[i].shape, dtype=numpy.int64)) for i in members]
-            b = _Bucket(k, members, sizes, dtype, device)
-            b.mpi_dtype = _mpi_dtype(self._group.MPI, b.buffer, "DistributedDataParallel")
+            b = _Bucket(k, members, sizes, dtype)
+            b.mpi_dtype = _mpi_dtype(self._group.MPI, numpy.empty(0, dtype), "DistributedDataParallel")
             b.description = (f"DDP bucket {k} of {len(groups)} ({dtype}, {device}, "
-                             f"{b.buffer.nbytes / 1e6:.3g} MB, params {members})")
+                             f"{b.offsets[-1] * dtype.itemsize / 1e6:.3g} MB, params {members})")
             buckets.append(b)
         return buckets
 
@@ -227,7 +233,7 @@ class DistributedDataParallel:
             r.ready[i] = True
         b = self._buckets[self._bucket_of[i]]
         k = self._slot_of[i]
-        numpy.copyto(b.buffer[b.offsets[k]:b.offsets[k + 1]], p.device.to_host(p.grad.data).reshape(-1))
+        numpy.copyto(r.buffers[b.index][b.offsets[k]:b.offsets[k + 1]], p.device.to_host(p.grad.data).reshape(-1))
         with self._lock:
             r.pending[b.index] -= 1
             self._launch_ready(r)
@@ -236,16 +242,17 @@ class DistributedDataParallel:
         """Launch, in bucket order, every bucket whose slots are all written (under self._lock)."""
         while r.next_launch < len(self._buckets) and r.pending[r.next_launch] == 0:
             b = self._buckets[r.next_launch]
-            r.works.append(self._thread.submit(Work(b.description, self._reduce_fn(b))))
+            r.works.append(self._thread.submit(Work(b.description, self._reduce_fn(b, r.buffers[b.index]))))
             self._launch_log.append(b.index)
             r.next_launch += 1
 
-    def _reduce_fn(self, b: _Bucket) -> Any:
+    def _reduce_fn(self, b: _Bucket, buffer: numpy.ndarray) -> Any:
         comm, MPI, world = self._comm, self._group.MPI, self._world
 
         def run() -> None:
-            comm.Allreduce(MPI.IN_PLACE, [b.buffer, b.mpi_dtype], op=MPI.SUM)
-            numpy.divide(b.buffer, world, out=b.buffer)
+            if world > 1:
+                comm.Allreduce(MPI.IN_PLACE, [buffer, b.mpi_dtype], op=MPI.SUM)
+                numpy.divide(buffer, world, out=buffer)
         return run
 
     def _finish(self) -> None:
@@ -269,7 +276,7 @@ class DistributedDataParallel:
             p = self.params[i]
             b = self._buckets[self._bucket_of[i]]
             k = self._slot_of[i]
-            slot = b.buffer[b.offsets[k]:b.offsets[k + 1]]
+            slot = r.buffers[b.index][b.offsets[k]:b.offsets[k + 1]]
             if p.grad is None:
                 slot[...] = 0
             else:  # accumulated earlier (no_sync): this rank's contribution
@@ -297,8 +304,9 @@ class DistributedDataParallel:
                 if used is not None and used[i] == 0:
                     continue  # no rank used it: .grad untouched, as torch
                 p = self.params[i]
-                view = b.buffer[b.offsets[k]:b.offsets[k + 1]].reshape(p.shape)
-                p.grad = engine.tensor(view, dtype=p.dtype, device=p.device)
+                view = r.buffers[b.index][b.offsets[k]:b.offsets[k + 1]].reshape(p.shape)
+                # a view of this round's buffer (no copy) where the device holds numpy arrays
+                p.grad = engine.Tensor(p.device.asarray(view), device=p.device)
 
     def remove_hooks(self) -> None:
         """Stop synchronizing: remove the hooks from the parameters."""
