@@ -8,13 +8,14 @@ The driver launches ``mpiexec -n N`` (loopback only: ``-hosts localhost``) on th
 ``--worker``; every rank runs the same measurements and rank 0 prints one JSON line. Per N,
 with a per-rank batch fixed (weak scaling, as PyTorch's published DDP numbers):
 
-* ``fwd``: forward alone; ``bwd``: backward alone, no DDP (plain .grad);
+* ``fwd``: forward alone; ``bwd``: backward alone (inside ``no_sync()``: plain .grad);
 * ``allreduce``: all-reducing DDP's buckets one after the other on the main thread, no backward;
 * ``ddp bwd``: backward with DDP (hooks, bucket copies, overlapped all-reduce, averaging);
 * ``hidden``: ``(bwd + allreduce - ddp bwd) / allreduce``, the fraction of the all-reduce that
   the overlap hid (1: all of it; 0: none; below 0: DDP costs more than its parts in series).
 
-Medians of ``--reps`` steps after warm-up. Writes results/distributed.md. docs/distributed.md
+Medians of ``--reps`` steps after warm-up; the four measurements alternate step by step, so
+they share the machine's load. Writes results/distributed.md. docs/distributed.md
 holds a run and the step-time model these numbers check.
 """
 from __future__ import annotations
@@ -29,16 +30,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402,F401 - makes `import threadgrad` load this checkout
-
-
-def _median_time(fn, reps: int, sync) -> float:
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -72,15 +63,7 @@ def worker(args: argparse.Namespace) -> None:
             p.grad = None
         forward().backward()
 
-    sync = comm.Barrier
-    for _ in range(3):
-        fwd_bwd()
-    t_fwd = _median_time(forward, args.reps, sync)
-    t_plain = _median_time(fwd_bwd, args.reps, sync)
     ddp = dist.DistributedDataParallel(params, bucket_cap_mb=args.bucket_cap_mb)
-    for _ in range(3):
-        fwd_bwd()
-    t_ddp = _median_time(fwd_bwd, args.reps, sync)
     from mpi4py import MPI
     bufs = [b.new_buffer() for b in ddp._buckets]
 
@@ -88,7 +71,22 @@ def worker(args: argparse.Namespace) -> None:
         for buf in bufs:
             comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
-    t_ar = _median_time(allreduce, args.reps, sync)
+    def plain():
+        with ddp.no_sync():  # the hooks return at once: a backward without DDP's work
+            fwd_bwd()
+
+    # The four measurements take turns, step by step, so that they share whatever load the
+    # machine has (on a busy 2-core machine it changes from second to second).
+    kinds = {"fwd": forward, "plain": plain, "ddp": fwd_bwd, "ar": allreduce}
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for rep in range(args.reps + 3):
+        for name, fn in kinds.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            if rep >= 3:  # warm-up
+                times[name].append(time.perf_counter() - t0)
+    t_fwd, t_plain, t_ddp, t_ar = (statistics.median(times[k]) for k in ("fwd", "plain", "ddp", "ar"))
     if rank == 0:
         bwd, ddp_bwd = t_plain - t_fwd, t_ddp - t_fwd
         print(json.dumps({

@@ -133,3 +133,22 @@ def test_errors_before_init_process_group():
     with pytest.raises(RuntimeError, match="the 'nccl' backend is not available"):
         dist.init_process_group("nccl")
     assert not dist.is_initialized()
+
+
+@pytest.mark.timeout(200)
+def test_ddp_digits_example_on_two_processes_matches_one_process():
+    pytest.importorskip("sklearn")
+    example = pathlib.Path(__file__).resolve().parent.parent.parent / "examples" / "ddp_digits.py"
+
+    def final_accuracy(cmd: list[str]) -> float:
+        out = subprocess.run(cmd + [str(example), "--epochs", "3"], capture_output=True, text=True,
+                             env=_env(60, 150), timeout=170)
+        assert out.returncode == 0, out.stderr
+        (line,) = re.findall(r"final test accuracy ([0-9.]+)", out.stdout)
+        return float(line)
+
+    one = final_accuracy([sys.executable])
+    two = final_accuracy([MPIEXEC, "-n", "2", "-hosts", "localhost", sys.executable])
+    assert one >= 0.9
+    # the same steps up to float rounding: at most one of the 359 test images may flip
+    assert abs(two - one) <= 1 / 359 + 1e-9, (one, two)
