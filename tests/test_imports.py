@@ -149,7 +149,7 @@ def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
         assert {n for n in top if not n.endswith(".dist-info")} == {"threadgrad"}, top
         assert {"threadgrad/engine/executor.py", "threadgrad/ops/elementwise.py",
                 "threadgrad/devices/__init__.py", "threadgrad/profiler/_chrome.py",
-                "threadgrad/viz.py"} <= set(zf.namelist())
+                "threadgrad/viz.py", "threadgrad/distributed/ddp.py"} <= set(zf.namelist())
         site = tmp_path / "site"
         zf.extractall(site)
     other = tmp_path / "other"
