@@ -293,6 +293,22 @@ def case_ddp_concurrent_backward() -> None:
     assert w.grad.tolist() == [(n + 1) / 2] * 2
 
 
+def case_ddp_refuses_different_parameters() -> None:
+    """Ranks that pass parameters of different shapes all get the error (no hang, no silent
+    reduction of mismatched buffers), and the group stays usable."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    w = engine.zeros(3 + (r == n - 1), requires_grad=True)
+    try:
+        dist.DistributedDataParallel([w])
+    except RuntimeError as e:
+        assert "DDP expects same model across all ranks" in str(e) and "params[0] has shape" in str(e), e
+    else:
+        raise AssertionError("parameters of different shapes were accepted")
+    t = engine.tensor([1.0])
+    dist.all_reduce(t)
+    assert t.tolist() == [float(n)]
+
+
 def case_cuda_standin() -> None:
     """cuda tensors (the numpy stand-in for cupy) go through MPI on host copies."""
     from fake_cupy import FakeCupy

@@ -84,6 +84,11 @@ def test_a_concurrent_second_backward_raises():
 
 
 @pytest.mark.timeout(150)
+def test_ddp_refuses_parameters_that_differ_between_ranks():
+    _ok("ddp_refuses_different_parameters")
+
+
+@pytest.mark.timeout(150)
 def test_cuda_tensors_go_through_host_copies_on_the_standin():
     _ok("cuda_standin")
 
