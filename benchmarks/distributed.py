@@ -15,7 +15,8 @@ with a per-rank batch fixed (weak scaling, as PyTorch's published DDP numbers):
   the overlap hid (1: all of it; 0: none; below 0: DDP costs more than its parts in series).
 
 Medians of ``--reps`` steps after warm-up; the four measurements alternate step by step, so
-they share the machine's load. Writes results/distributed.md. docs/distributed.md
+they share the machine's load, and each lasts until every rank finished it (a barrier), so
+that all of them include the wait for the slowest rank, as DDP's backward does. Writes results/distributed.md. docs/distributed.md
 holds a run and the step-time model these numbers check.
 """
 from __future__ import annotations
@@ -63,6 +64,10 @@ def worker(args: argparse.Namespace) -> None:
             p.grad = None
         forward().backward()
 
+    if args.one_bucket:
+        from threadgrad.distributed import ddp as ddp_module
+        ddp_module.FIRST_BUCKET_BYTES = 1 << 40
+        args.bucket_cap_mb = 1 << 20
     ddp = dist.DistributedDataParallel(params, bucket_cap_mb=args.bucket_cap_mb)
     from mpi4py import MPI
     bufs = [b.new_buffer() for b in ddp._buckets]
@@ -84,6 +89,9 @@ def worker(args: argparse.Namespace) -> None:
             comm.Barrier()
             t0 = time.perf_counter()
             fn()
+            # until the slowest rank is done: a synchronous step lasts as long as its slowest
+            # rank, and DDP's backward includes that wait (its last all-reduce needs every rank)
+            comm.Barrier()
             if rep >= 3:  # warm-up
                 times[name].append(time.perf_counter() - t0)
     t_fwd, t_plain, t_ddp, t_ar = (statistics.median(times[k]) for k in ("fwd", "plain", "ddp", "ar"))
@@ -105,6 +113,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="samples per rank")
     parser.add_argument("--layers", default="784,1024,1024,10")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument("--one-bucket", action="store_true",
+                        help="every gradient in one bucket, reduced after backward: no overlap, for comparison")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -115,7 +125,7 @@ def main() -> None:
     for n in [int(s) for s in args.nproc.split(",")]:
         cmd = [find_mpiexec(), "-n", str(n), "-hosts", "localhost", sys.executable, os.path.abspath(__file__),
                "--worker", "--reps", str(args.reps), "--batch", str(args.batch), "--layers", args.layers,
-               "--bucket-cap-mb", str(args.bucket_cap_mb)]
+               "--bucket-cap-mb", str(args.bucket_cap_mb)] + (["--one-bucket"] if args.one_bucket else [])
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                              env=dict(os.environ, MPIEXEC_TIMEOUT="880", OMP_NUM_THREADS="1",
                                       OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1"))
