@@ -16,8 +16,8 @@ with a per-rank batch fixed (weak scaling, as PyTorch's published DDP numbers):
 
 Medians of ``--reps`` steps after warm-up; the four measurements alternate step by step, so
 they share the machine's load, and each lasts until every rank finished it (a barrier), so
-that all of them include the wait for the slowest rank, as DDP's backward does. Writes results/distributed.md. docs/distributed.md
-holds a run and the step-time model these numbers check.
+that all of them include the wait for the slowest rank, as DDP's backward does.
+Writes results/distributed.md. docs/distributed.md holds a run and the step-time model these numbers check.
 """
 from __future__ import annotations
 

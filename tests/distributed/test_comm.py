@@ -52,4 +52,5 @@ def test_the_watchdog_aborts_naming_the_late_work_and_wait_can_time_out():
     assert stuck.wait() is True
     thread.stop()
     msg = abort_message(1, 4, "DDP bucket 2 of 5", 0.2)
-    assert msg.startswith("threadgrad.distributed: rank 1 of 4: DDP bucket 2 of 5 did not complete within the timeout of 0.2 s")
+    assert msg.startswith("threadgrad.distributed: rank 1 of 4: DDP bucket 2 of 5 did not complete "
+                          "within the timeout of 0.2 s")

@@ -151,8 +151,9 @@ class DistributedDataParallel:
         MPI = self._group.MPI
         for p in self.params:
             host = _host_copy(p)
+            dtype = _mpi_dtype(MPI, host, "DistributedDataParallel")
             self._collective("broadcasting rank 0's parameters",
-                             lambda h=host: self._comm.Bcast([h, _mpi_dtype(MPI, h, "DistributedDataParallel")], root=0))
+                             lambda h=host, d=dtype: self._comm.Bcast([h, d], root=0))
             if self._group.rank != 0:
                 _write_back(p, host)
 
