@@ -293,6 +293,29 @@ def case_ddp_concurrent_backward() -> None:
     assert w.grad.tolist() == [(n + 1) / 2] * 2
 
 
+def case_ddp_checkpoint() -> None:
+    """Non-reentrant activation checkpointing recomputes inside the same backward: DDP sees one
+    backward. Parameters used both outside and inside a reentrant checkpoint get gradients from
+    two backward calls (the outer and the checkpoint's own): refused with the advice."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    w = engine.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    ddp = dist.DistributedDataParallel([w])
+    base = np.array([0.3, 0.4])
+    x = engine.tensor(base * (r + 1))
+    engine.checkpoint(lambda a: ops.tanh(a * w), x, use_reentrant=False).sum().backward()
+    want = np.mean([(1 - np.tanh(base * (q + 1) * [1.0, 2.0]) ** 2) * base * (q + 1) for q in range(n)], axis=0)
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-12)
+    w.grad = None
+    y = engine.checkpoint(lambda a: ops.tanh(a * w), x.detach().requires_grad_(), use_reentrant=True)
+    try:
+        (y.sum() + (w * 2.0).sum()).backward()
+    except RuntimeError as e:
+        assert "a second backward reached these parameters" in str(e) and "use_reentrant=False" in str(e), e
+    else:
+        raise AssertionError("gradients from a reentrant backward and its outer one were mixed")
+    ddp.remove_hooks()
+
+
 def case_ddp_refuses_different_parameters() -> None:
     """Ranks that pass parameters of different shapes all get the error (no hang, no silent
     reduction of mismatched buffers), and the group stays usable."""

@@ -84,6 +84,11 @@ def test_a_concurrent_second_backward_raises():
 
 
 @pytest.mark.timeout(150)
+def test_ddp_with_activation_checkpointing():
+    _ok("ddp_checkpoint")
+
+
+@pytest.mark.timeout(150)
 def test_ddp_refuses_parameters_that_differ_between_ranks():
     _ok("ddp_refuses_different_parameters")
 
