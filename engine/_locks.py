@@ -46,7 +46,8 @@ class ProcessLocks:
         # AccumulateGrad's lock plays for leaves. The in-place add releases the GIL on large
         # arrays, so without it concurrent backward calls lose updates.
         self.nonleaf_grad = threading.Lock()
-        # The one-time marking of a version counter's root (ops/_core.py share_version, detach).
+        # A base's graph generation (engine/versions.py next_generation): each recorded in-place
+        # op on a base or its views counts once.
         self.view = threading.Lock()
         # Registering and removing hooks (graph.py, Note [Hook tables]); never taken by backward.
         self.hooks = threading.Lock()

@@ -7,6 +7,8 @@ hanging the run.
 """
 from __future__ import annotations
 
+import os
+import sys
 
 import pytest
 from threads_util import run_threads
@@ -32,6 +34,30 @@ def _grad_mode_is_restored():
     leaked = not engine.is_grad_enabled()
     engine.set_grad_enabled(True)
     assert not leaked, "the test left grad mode disabled on the main thread"
+
+
+# The free-threaded leg of .ci/run sets THREADGRAD_EXPECT_NO_GIL=1: an extension module
+# imported without declaring itself free-threading safe turns the GIL back on, and the leg
+# would then test the GIL build. The leg also makes that import's RuntimeWarning an error
+# (python -W); this check catches an import that re-enabled the GIL in any other way.
+EXPECT_NO_GIL = os.environ.get("THREADGRAD_EXPECT_NO_GIL") == "1"
+
+
+def _gil_enabled() -> bool:
+    return getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if EXPECT_NO_GIL and _gil_enabled():
+        raise pytest.UsageError("THREADGRAD_EXPECT_NO_GIL=1, but the GIL is enabled (not a free-threaded "
+                                "interpreter, or an import re-enabled it)")
+
+
+@pytest.fixture(autouse=True)
+def _gil_stays_disabled(request: pytest.FixtureRequest):
+    yield
+    if EXPECT_NO_GIL and _gil_enabled():
+        pytest.fail(f"the GIL was enabled during {request.node.nodeid} (an import re-enabled it)")
 
 
 @pytest.fixture

@@ -520,3 +520,20 @@ def test_an_error_while_routing_on_a_worker_is_raised_even_if_another_thread_fin
     t = engine.tensor([1.0], device="virtual:1", requires_grad=True)
     ops.sum(t * 3).backward()  # the worker survived
     assert t.grad.tolist() == [3.0]
+
+
+@pytest.mark.timeout(60)
+def test_sequence_numbers_are_unique_across_threads(run_in_threads):
+    """Nodes recorded by 4 threads at once get distinct sequence numbers (the ready queues'
+    order rests on them). ``itertools.count`` is atomic on both builds: a C call under the
+    GIL, a compare-exchange on free-threaded CPython (docs/architecture.md, section 10)."""
+    def body(i):
+        x = engine.tensor([1.0, 2.0], requires_grad=True)
+        seqs = []
+        for _ in range(3000):
+            x = ops.mul(x, 1.0)
+            seqs.append(x.grad_fn.sequence_nr)
+        return seqs
+
+    drawn = [s for seqs in run_in_threads(4, body) for s in seqs]
+    assert len(set(drawn)) == len(drawn) == 12000

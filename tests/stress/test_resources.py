@@ -221,7 +221,8 @@ def test_1000_training_steps_leave_no_memory_growth_and_no_cycles(device, gc_dis
         before = tracemalloc.get_traced_memory()[0]
         for _ in range(1000):
             last = mlp.step(device)
-        cycles = gc.collect()
+        cycles = len(_cyclic_garbage())  # (gc.collect()'s count, on the GIL build)
+        gc.garbage.clear()
         after = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
@@ -247,15 +248,101 @@ def _graph_nodes(*tensors: engine.Tensor) -> list:
     return refs
 
 
+FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def _cyclic_garbage() -> set:
+    """Run the collector and return the ids of the garbage that a reference cycle kept alive:
+    the objects on a cycle, and everything reachable from one.
+
+    Why not ``gc.collect()``'s count: on the free-threaded build, an object one thread made
+    and another dropped (a queue entry or gradient a device worker made, dropped by the
+    caller) is freed only when its maker runs again, or by the collector; a worker idle on its
+    queue does not run, so the collector finds such objects unreachable and counts them with
+    cyclic garbage. They are not cycles (reference counting frees them once the maker runs). So
+    the collector runs with ``DEBUG_SAVEALL``, and the cycles are found among what it saved.
+    On the GIL build every unreachable object is cyclic or hangs off a cycle, so this is the
+    collector's count there."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+    finally:
+        gc.set_debug(0)
+    garbage = {id(o): o for o in gc.garbage}
+    edges = {k: [id(r) for r in gc.get_referents(o) if id(r) in garbage] for k, o in garbage.items()}
+    # Tarjan's strongly connected components, iteratively: a component of 2+ objects, or one
+    # object referring to itself, is a cycle.
+    index, low, on_stack, stack, cyclic, counter = {}, {}, set(), [], set(), [0]
+    for root in garbage:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter[0]
+                counter[0] += 1
+                stack.append(v)
+                on_stack.add(v)
+            recurse = False
+            for k in range(i, len(edges[v])):
+                w = edges[v][k]
+                if w not in index:
+                    work.append((v, k + 1))
+                    work.append((w, 0))
+                    recurse = True
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if recurse:
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in edges[v]:
+                    cyclic.update(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    reached, todo = set(cyclic), list(cyclic)
+    while todo:
+        for w in edges[todo.pop()]:
+            if w not in reached:
+                reached.add(w)
+                todo.append(w)
+    return reached
+
+
 def _alive(refs: list, wait: float = 0.5) -> list:
     """Names of the nodes still alive, after giving engine threads that finished the task
-    up to ``wait`` seconds to go back to waiting (the collector stays disabled)."""
+    up to ``wait`` seconds to go back to waiting (the collector stays disabled). On the
+    free-threaded build the collector runs each round (See :func:`_cyclic_garbage`): a node
+    it finds is alive only if a cycle held it."""
     deadline = time.monotonic() + wait
-    while True:
-        alive = [r().name() for r in refs if r() is not None]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.005)
+    try:
+        while True:
+            if FREE_THREADED:
+                # (the collector clears weak references to what it finds unreachable, even
+                # what DEBUG_SAVEALL keeps: name the nodes by id first)
+                names = {id(n): n.name() for n in (r() for r in refs) if n is not None}
+                held = _cyclic_garbage()
+                cyclic = [v for k, v in names.items() if k in held]
+                if cyclic:
+                    return cyclic  # a cycle does not go away by waiting
+                gc.garbage.clear()
+                alive = [r().name() for r in refs if r() is not None]
+            else:
+                alive = [r().name() for r in refs if r() is not None]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.005)
+    finally:
+        gc.garbage.clear()
 
 
 def _scenario(kind: str, device: str):
@@ -312,6 +399,21 @@ def test_graph_is_freed_without_the_cycle_collector(kind, device, gc_disabled):
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     del loss, extras
     assert _alive(refs) == [], f"nodes still alive after backward ({kind} on {device})"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_check_sees_a_graph_kept_by_a_cycle(device, gc_disabled):
+    """The check above fails where it must, on both builds: a hook whose closure holds the
+    output makes the cycle output -> grad_fn -> hook -> output, and _alive reports its nodes."""
+    x = f64([1.0, 2.0, 3.0])
+    y = ops.mul(ops.tanh(ops.to(x, device)), 2.0)
+    y.grad_fn.register_hook(lambda gi, go, _keep=y: None)
+    refs = _graph_nodes(y)
+    ops.sum(y).backward()
+    del y
+    assert "MulBackward0" in _alive(refs, wait=0.1)
+    gc.collect()
 
 
 # --- fork ----------------------------------------------------------------------------------
