@@ -395,6 +395,12 @@ def case_stall() -> None:
     """Rank 1 stalls: rank 0's watchdog aborts the job after the timeout, naming the bucket."""
     r = dist.get_rank()
     params = _mlp_params(seed=0)
+    # Both ranks reach this point before the first watched collective: on a loaded machine one
+    # rank can start seconds after the other, and the 3 s timeout would then fire on the
+    # construction's broadcast instead of the bucket this case is about (MPI's own barrier is
+    # not watched).
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
     dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)
     if r == 1:
         time.sleep(120)  # the stall being tested
