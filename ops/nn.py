@@ -278,6 +278,11 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
     if isinstance(target, Tensor) and target.device is not input.device:
         raise device_error("mse_loss", input, target)
     warn_broadcast(input, target, 2)
+    return squared_error(input, target, reduction)
+
+
+def squared_error(input: Tensor, target: Any, reduction: str) -> Tensor:  # noqa: A002 - torch's name
+    """mse_loss after its checks and warning (``tg.nn.functional.mse_loss`` warns at its own caller)."""
     d = sub(input, target)
     return _reduce(mul(d, d), reduction, "mse_loss")
 
