@@ -34,6 +34,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import warnings as _warnings  # noqa: E402
+
 from . import devices  # noqa: E402 - the bottom layer
 from . import engine  # noqa: E402 - the engine core: imports devices, no ops
 from . import ops  # noqa: E402 - imports the engine core; binds Tensor's operators and methods
@@ -49,6 +51,20 @@ def _export_upper_layer() -> None:
 
 
 _export_upper_layer()
+
+# Note [Floating-point warnings]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# numpy reports a floating-point event (log(0), 0/0, overflow) as a RuntimeWarning; torch
+# reports nothing, and the result (-inf, nan, inf) says it all. Silencing it per op would cost
+# every op a ``numpy.errstate`` (a context manager, about a microsecond) and would not even be
+# enough: numpy's error state is per thread (per context since numpy 1.25), so the engine's
+# worker threads and every user thread would each need it set. A warnings filter costs
+# nothing until a warning is raised, and the filter list is process-wide: numpy names the
+# warning after the module of the Python frame that called the ufunc, so one filter on
+# threadgrad's modules drops exactly the warnings our ops and engine raise, on every thread,
+# and leaves those of the user's own numpy code alone. (``numpy.seterr(all="raise")`` still
+# raises FloatingPointError inside ops: that is the user asking for it.)
+_warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"threadgrad\.")
 
 # --- the front door: torch's flat names ------------------------------------------------------
 import numpy as _np  # noqa: E402
