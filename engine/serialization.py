@@ -54,7 +54,7 @@ def rebuild_tensor(dtype: str, shape: tuple, data: bytes, device: str, requires_
 
 def reduce_tensor(t: Tensor, protocol: int = 2) -> tuple:
     """``Tensor.__reduce_ex__``: data, dtype, shape, device and requires_grad; no history, no grad."""
-    host = numpy.ascontiguousarray(t.device.to_host(t.data))
+    host = numpy.asarray(t.device.to_host(t.data), order="C")  # (ascontiguousarray would make a 0-d array 1-d)
     return (rebuild_tensor, (host.dtype.str, tuple(host.shape), host.tobytes(), str(t.device), t.requires_grad))
 
 

@@ -47,7 +47,7 @@ class SGD(Optimizer):
         momentum = group["momentum"]
         for device, idx in self._by_device(params).items():
             ps = [params[i] for i in idx]
-            bufs = [self.state[p].get("momentum_buffer") for p in ps]
+            bufs = [self.state[p].get("momentum_buffer") if p in self.state else None for p in ps]
             buf_arrays = [None if b is None else b.data for b in bufs]
             _sgd_update([p.data for p in ps], [p.grad.data for p in ps], buf_arrays, xp=device.xp, lr=group["lr"],
                         momentum=momentum, dampening=group["dampening"], nesterov=group["nesterov"],
