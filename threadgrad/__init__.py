@@ -63,7 +63,11 @@ _export_upper_layer()
 # warning after the module of the Python frame that called the ufunc, so one filter on
 # threadgrad's modules drops exactly the warnings our ops and engine raise, on every thread,
 # and leaves those of the user's own numpy code alone. (``numpy.seterr(all="raise")`` still
-# raises FloatingPointError inside ops: that is the user asking for it.)
+# raises FloatingPointError inside ops: that is the user asking for it.) One gap: a
+# ``warnings.catch_warnings()`` block that is open while threadgrad is first imported puts
+# the old filter list back when it closes, without ours; pytest's collection is such a block,
+# so a test suite silences them in its own configuration
+# (``filterwarnings = ["ignore::RuntimeWarning:threadgrad"]``). docs/porting.md says so.
 _warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"threadgrad\.")
 
 # --- the front door: torch's flat names ------------------------------------------------------

@@ -25,8 +25,9 @@ __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softma
 
 def _unsupported(fname: str, **given: Any) -> None:
     for name, (value, default) in given.items():
-        if value is not default and value != default:
-            raise NotImplementedError(f"{fname}: threadgrad does not support {name}={value!r} "
+        if value is not default and (isinstance(value, Tensor) or value != default):
+            shown = "a tensor" if isinstance(value, Tensor) else repr(value)
+            raise NotImplementedError(f"{fname}: threadgrad does not support {name}={shown} "
                                       f"(only {name}={default!r}); see docs/porting.md")
 
 
@@ -116,8 +117,9 @@ def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: An
 
 
 def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
-            reduction: str = "mean") -> Tensor:
+            reduction: str = "mean", weight: Any = None) -> Tensor:
     """Mean absolute error; warns, as torch, when ``target``'s shape differs from ``input``'s."""
+    _unsupported("l1_loss", weight=(weight, None))
     reduction = _legacy_reduction("l1_loss", size_average, reduce, reduction)
     warn_broadcast(input, target, 2)
     loss = ops.abs(ops.sub(input, target))
