@@ -73,3 +73,38 @@ def rand_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: b
 def randn_like(t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Standard normal numbers with ``t``'s shape, and its dtype and device unless given."""
     return creation.randn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randint(*args: Any, size: Any = None, dtype: Any = None, device: Any = None,
+            requires_grad: bool = False) -> Tensor:
+    """Integers drawn uniformly from ``[low, high)``: ``randint(high, size)`` or
+    ``randint(low, high, size)``, as torch's (int64 unless ``dtype``), from the generator
+    ``manual_seed`` seeds."""
+    if size is not None:
+        args = args + (size,)
+    if len(args) == 2:
+        low, high, shape = 0, args[0], args[1]
+    elif len(args) == 3:
+        low, high, shape = args
+    else:
+        raise TypeError("randint() takes (high, size) or (low, high, size)")
+    if high <= low:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    u = creation.random_array("uniform", shape, "float64")
+    data = numpy.minimum(numpy.floor(low + u * (high - low)), high - 1).astype(to_dtype(dtype) or numpy.int64)
+    dev = to_device(device)
+    return creation.tensor(data, device=dev, requires_grad=requires_grad)
+
+
+def randperm(n: int, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64 unless ``dtype``), as torch's, from the
+    generator ``manual_seed`` seeds.
+
+    >>> import threadgrad as tg
+    >>> sorted(tg.randperm(5).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    perm = numpy.argsort(creation.random_array("uniform", (int(n),), "float64"), kind="stable")
+    return creation.tensor(perm.astype(to_dtype(dtype) or numpy.int64), device=to_device(device),
+                           requires_grad=requires_grad)
