@@ -34,6 +34,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import builtins as _builtins  # noqa: E402
 import warnings as _warnings  # noqa: E402
 
 from . import devices  # noqa: E402 - the bottom layer
@@ -109,3 +110,5 @@ __all__ = (["__version__", "devices", "engine", "ops", "autograd", "cuda", "nn",
             "float16", "half", "float32", "float", "float64", "double", "int8", "uint8", "int16", "short", "int32",
             "int", "int64", "long", "bool", "complex64", "complex128"]
            + [n for n in _op_names if n not in ("REGISTRY", "register")])
+# ``from threadgrad import *`` must not shadow Python's own float, int, bool, sum, max, abs ...
+__all__ = [n for n in __all__ if not hasattr(_builtins, n)]
