@@ -2,6 +2,7 @@
 errors, state_dict round trips, threads, and a training run."""
 from __future__ import annotations
 
+import copy
 import threading
 
 import numpy as np
@@ -283,3 +284,97 @@ def test_training_a_small_classifier_with_each_optimizer():
             losses.append(loss.item())
         assert losses[-1] < 0.2 * losses[0], losses[::10]
         assert (logits.argmax(dim=1) == yt).float().mean().item() > 0.95
+
+
+# Ported from PyTorch's test/test_optim.py: TestOptim._test_state_dict and
+# TestOptim._test_basic_cases_template (the checks that apply without schedulers, sparse
+# gradients or cuda), run for each of our optimizers, with and without maximize.
+PORTED = [
+    lambda w, b, m: tg.optim.SGD([w, b], lr=1e-3, maximize=m),
+    lambda w, b, m: tg.optim.SGD([{"params": [w]}, {"params": [b], "lr": 1e-2}], lr=1e-3, maximize=m),
+    lambda w, b, m: tg.optim.SGD([w, b], lr=1e-3, momentum=0.9, nesterov=True, weight_decay=0.1, maximize=m),
+    lambda w, b, m: tg.optim.Adam([w, b], lr=1e-2, maximize=m),
+    lambda w, b, m: tg.optim.Adam([{"params": [w]}, {"params": [b], "lr": 1e-2}], lr=1e-3, amsgrad=True, maximize=m),
+    lambda w, b, m: tg.optim.AdamW([w, b], lr=1e-2, weight_decay=0.1, maximize=m),
+]
+
+
+def _fn_base(opt, weight, bias, x):
+    opt.zero_grad()
+    loss = ((weight @ x + bias) ** 2).sum()
+    loss.backward()
+    return loss
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+@pytest.mark.parametrize("k", range(len(PORTED)))
+def test_state_dict_ported_from_torch(k, maximize):
+    constructor = PORTED[k]
+    rng = np.random.default_rng(k)
+    weight = tg.tensor(rng.standard_normal((10, 5)), requires_grad=True)
+    bias = tg.tensor(rng.standard_normal(10), requires_grad=True)
+    x = tg.tensor(rng.standard_normal(5))
+    opt = constructor(weight, bias, maximize)
+    for _ in range(20):  # prime the optimizer
+        opt.step(lambda: _fn_base(opt, weight, bias, x))
+    weight_c = tg.tensor(weight.detach().numpy().copy(), requires_grad=True)
+    bias_c = tg.tensor(bias.detach().numpy().copy(), requires_grad=True)
+    opt_c = constructor(weight_c, bias_c, maximize)
+    state_dict = copy.deepcopy(opt.state_dict())
+    state_dict_c = copy.deepcopy(opt.state_dict())
+    opt_c.load_state_dict(state_dict_c)
+    for _ in range(20):  # both in parallel: equal at every step
+        opt.step(lambda: _fn_base(opt, weight, bias, x))
+        opt_c.step(lambda: _fn_base(opt_c, weight_c, bias_c, x))
+        assert weight.tolist() == weight_c.tolist() and bias.tolist() == bias_c.tolist()
+    assert _flat(state_dict) == _flat(state_dict_c)  # loading did not tie the dict to the optimizer
+    assert _flat(opt.state_dict()) == _flat(opt_c.state_dict())  # deterministic for equal parameters
+    sd = opt.state_dict()  # a state dict from before maximize/foreach existed still loads and steps
+    for group in sd["param_groups"]:
+        del group["maximize"], group["foreach"]
+    opt.load_state_dict(sd)
+    opt.step()
+    sd = opt.state_dict()  # and one whose step is a number, not a tensor
+    if sd["state"] and "step" in sd["state"][0]:
+        for st in sd["state"].values():
+            st["step"] = st["step"].item()
+        opt.load_state_dict(sd)
+        opt.step()
+        assert isinstance(opt.state[weight]["step"], tg.Tensor) and opt.state[weight]["step"].item() == 42.0
+    public = {k for k in vars(opt) if not k.startswith("_")}
+    twin = copy.deepcopy(opt)  # deepcopy copies every public attribute (and the state follows the copies)
+    assert {k for k in vars(twin) if not k.startswith("_")} == public
+    if opt.state:
+        params = twin.param_groups[0]["params"] + twin.param_groups[-1]["params"]
+        assert {id(p) for p in twin.state} == {id(p) for p in params}
+        assert not {id(p) for p in twin.state} & {id(weight), id(bias)}
+
+
+def _flat(sd: dict) -> tuple:
+    """A state dict as comparable plain values."""
+    state = {k: {n: (v.tolist() if isinstance(v, tg.Tensor) else v) for n, v in st.items()}
+             for k, st in sd["state"].items()}
+    return state, sd["param_groups"]
+
+
+@pytest.mark.parametrize("maximize", [False, True])
+@pytest.mark.parametrize("k", range(len(PORTED)))
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_basic_cases_ported_from_torch(k, maximize, contiguous):
+    """200 closure steps move the loss the right way; non-contiguous parameters too; repr works."""
+    rng = np.random.default_rng(10 + k)
+    if contiguous:
+        w0, b0 = rng.standard_normal((10, 5)), rng.standard_normal(10)
+    else:
+        w0, b0 = rng.standard_normal((10, 5, 2))[..., 0], rng.standard_normal((10, 2))[..., 0]
+    weight = tg.as_tensor(w0).requires_grad_()  # shares the strided array: a non-contiguous leaf
+    bias = tg.as_tensor(b0).requires_grad_()
+    assert weight.data.flags["C_CONTIGUOUS"] == contiguous
+    x = tg.tensor(rng.standard_normal(5))
+    opt = PORTED[k](weight, bias, maximize)
+    assert type(opt).__name__ in repr(opt) and "Parameter Group 0" in repr(opt)
+    initial = _fn_base(opt, weight, bias, x).item()
+    for _ in range(200):
+        opt.step(lambda: _fn_base(opt, weight, bias, x))
+    final = _fn_base(opt, weight, bias, x).item()
+    assert final > initial if maximize else final < initial

@@ -66,8 +66,11 @@ class Adam(Optimizer):
             state["exp_avg_sq"] = _wrap(xp.zeros_like(p.data), p.device)
             if amsgrad:
                 state["max_exp_avg_sq"] = _wrap(xp.zeros_like(p.data), p.device)
-        elif amsgrad and "max_exp_avg_sq" not in state:  # amsgrad switched on in a loaded group
-            state["max_exp_avg_sq"] = _wrap(p.device.xp.zeros_like(p.data), p.device)
+        else:
+            if not isinstance(state["step"], Tensor):  # a state dict whose step is a number (older torch)
+                state["step"] = _wrap(numpy.asarray(float(state["step"]), dtype="float32"), devices.cpu)
+            if amsgrad and "max_exp_avg_sq" not in state:  # amsgrad switched on in a loaded group
+                state["max_exp_avg_sq"] = _wrap(p.device.xp.zeros_like(p.data), p.device)
         return state
 
 

@@ -199,6 +199,8 @@ class Optimizer:
                     state[k] = v
             new_groups = []
             for g, s in zip(groups, saved_groups):
+                for key, default in self.defaults.items():  # a state dict from before a setting existed
+                    s.setdefault(key, default)
                 s["params"] = g["params"]
                 if "param_names" in g and "param_names" not in s:
                     s["param_names"] = g["param_names"]
