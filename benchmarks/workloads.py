@@ -865,9 +865,14 @@ def features(backends: list[Backend], quick: bool) -> Table:
         if torch is None:
             set_anomaly, anomaly_ctx = engine.set_detect_anomaly, engine.detect_anomaly
             grad_fn = engine.grad
+            from threadgrad import profiler  # noqa: PLC0415
+            profile_ctx = profiler.profile
         else:
             set_anomaly, anomaly_ctx = torch.autograd.set_detect_anomaly, torch.autograd.detect_anomaly
             grad_fn = torch.autograd.grad
+
+            def profile_ctx() -> Any:
+                return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
 
         def run(call: Callable[[Any, Any], Any], ctx: Callable[[], Any] | None = None) -> tuple[float, float]:
             x = b.leaf(xa)
@@ -905,6 +910,11 @@ def features(backends: list[Backend], quick: bool) -> Table:
             set_anomaly(False)
             return run(plain)
 
+        def after_profile() -> tuple[float, float]:
+            with profile_ctx():
+                pass
+            return run(plain)
+
         import warnings  # noqa: PLC0415
 
         def anomaly_on() -> Any:
@@ -928,18 +938,20 @@ def features(backends: list[Backend], quick: bool) -> Table:
             "inputs": lambda: run(lambda y, x: y.backward(inputs=[x])),
             "grad": lambda: run(lambda y, x: grad_fn(y, x)),
             "anomaly_on": lambda: run(plain, anomaly_on),
+            "after_profile": after_profile,
+            "profile_on": lambda: run(plain, profile_ctx),
             "_keep": lambda: keep,  # type: ignore[dict-item]
         }
 
     runs = {b.name: variants(b) for b in libs}
-    keys = ["ref", "after_anomaly", "hooks", "inputs", "grad", "anomaly_on"]
+    keys = ["ref", "after_anomaly", "hooks", "inputs", "grad", "after_profile", "anomaly_on", "profile_on"]
     samples: dict[str, dict[str, list]] = {b.name: {k: [] for k in keys} for b in libs}
     ratios: dict[str, dict[str, list]] = {b.name: {k: [] for k in keys} for b in libs}
     log(f"feature costs x{repeats}")
     for r in range(repeats + 1):
         for k in keys[1:]:
-            if k == "anomaly_on" and r > min(repeats, 3):
-                continue  # expensive (a stack trace per op) and only informational
+            if k in ("anomaly_on", "profile_on") and r > min(repeats, 3):
+                continue  # expensive (a stack trace per op; an event per node) and only informational
             for b in libs:
                 # Each variant sits between two reference runs and is divided by their mean:
                 # a slow phase of the machine then moves both sides of the ratio.
@@ -961,20 +973,23 @@ def features(backends: list[Backend], quick: bool) -> Table:
         "inputs": "`y.backward(inputs=[x])` (x is the leaf)",
         "grad": "`grad(y, x)` instead of `y.backward()`",
         "anomaly_on": "anomaly mode ON (`detect_anomaly()`, in use: informational)",
+        "after_profile": "a profiler block ran and ended before the graph was built",
+        "profile_on": "profiler ON (`profiler.profile()` around forward and backward: informational)",
     }
     for k in keys:
         vals: dict[str, float | None] = {b.name: med[b.name][k] for b in libs}
         for b in libs:
             vals[f"{b.name} / ref"] = rmed[b.name][k]
         row = Row(labels[k], vals)
-        if k not in ("ref", "anomaly_on"):
+        if k not in ("ref", "anomaly_on", "profile_on"):
             row.target = f"≤ {FEATURE_TOLERANCE:.2f}x ref (threadgrad)"
             row.met = vals["threadgrad / ref"] <= FEATURE_TOLERANCE
         t.rows.append(row)
     t.notes = [
         f"The chain of workload 1 ({n:,} ops); only backward is timed. Each variant runs between two runs of the same "
         "library's reference, and `/ ref` is the median, over "
-        f"{repeats} repeats (anomaly ON: {min(repeats, 3)}), of the variant divided by the mean of its two references; "
+        f"{repeats} repeats (anomaly and profiler ON: {min(repeats, 3)}), of the variant divided by the mean of its two "
+        "references; the torch column's profiler is `torch.profiler.profile(activities=[CPU])`; "
         "µs/node columns are medians. \"Nothing measurable\" is taken as within 5% of the reference, about the "
         "run-to-run noise of this machine.",
     ]

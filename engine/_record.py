@@ -193,6 +193,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
     t.device = dev
     t._grad = None
     t._vc = vc = [0]
+    t._base = None
     t._output_nr = 0
     t._acc = None
     t._ext = None
@@ -242,6 +243,7 @@ def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
     t.device = dev
     t._grad = None
     t._vc = [0]
+    t._base = None
     t._output_nr = 0
     t._acc = None
     t._ext = None

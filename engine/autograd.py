@@ -18,7 +18,7 @@ import numpy
 
 from .. import devices
 
-from . import _state
+from . import _state, executor as _executor
 from ._state import tls
 from .executor import GraphTask, _current_streams, get_engine
 from .graph import GraphRoot, Node
@@ -67,7 +67,7 @@ def _complex_mismatch(i: int, grad_dtype: Any, out_dtype: Any) -> RuntimeError:
 def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> list:
     """Check or create the root gradients: one per output, same shape/device, float dtype."""
     for out in outputs:
-        if len(out._vc) > 2 and _state.refresh_view is not None:  # See Note [Stale views] in ops/_core.py
+        if out._base is not None and _state.refresh_view is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(out, what)
     if grads is None and len(outputs) == 1:
         out = outputs[0]
@@ -291,7 +291,10 @@ def _run_backward(outputs: tuple, grads: list, keep_graph: bool, create_graph: b
                 gt.runnable.add(edges[0][0])
     else:
         _compute_dependencies(gt, root)
-    eng.execute(gt, root)
+    if _executor._profiler is None:
+        eng.execute(gt, root)
+    else:  # the call's span: See Note [Profiler hooks] in executor.py
+        _executor._profiler.run_call(eng.execute, gt, root)
     return gt
 
 

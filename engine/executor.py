@@ -152,8 +152,12 @@ Note [Continuation]
 When a node's routing makes cpu successors ready and this thread serves the owner queue,
 the highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``)
 and the others are queued. Before running it, ``_thread_main`` compares its key with the
-queue's top: if a queued task comes first (``<=``: an equal key queued earlier pops first),
-the successor is pushed after all; else it runs at once. That is exactly the order a push
+queue's top: if a queued task comes first, the successor is pushed after all; else it runs
+at once. Among equal keys (every AccumulateGrad has the same one) tasks pop in the order they
+became ready, as torch's heap (libstdc++'s) gives for up to three equal keys: a successor
+kept back takes its place in that order (``tie``) once a later one is queued, so it still
+precedes what became ready after it (a hook that raises on the first leaf stops the backward
+before the second leaf is reached, as in torch). That is exactly the order a push
 and a pop would give (the thread pops the highest-priority task, and only this thread pops
 its queue, so the top cannot be taken away meanwhile), minus a heap push, a pop and a lock
 round trip per node. On a chain every node continues this way; on the wide graph of
@@ -180,6 +184,20 @@ All of this is skipped unless a device with streams exists in the process
 (``devices.streams_in_use``, read once per GraphTask): cpu and virtual graphs pay one
 boolean test per node. The logic is tested against a numpy-backed stand-in for cupy's
 stream and event API (tests/devices/fake_cupy.py; docs/gpu.md).
+
+Note [Profiler hooks]
+~~~~~~~~~~~~~~~~~~~~~
+``threadgrad.profiler`` sees the executor through one module global, ``_profiler``: None
+unless a ``profile()`` block is active, then the recorder (``set_profiler``). Every hook
+site tests that one global and nothing else, so with no profile a node pays at most two
+tests (``_thread_main`` around the node, ``_push`` when it is queued): a global load and a
+compare each. The sites are: running a node (``_thread_main``: name, thread, device, task,
+start, duration), queueing one (``_push`` and the continuation that goes back to the
+queue: the queue wait, and a hand-off arrow when another thread runs it), handing a call to
+the pool (``run_async``), and one backward call (``autograd._run_backward``: the call's
+span). A node already running when the block ends may still report; the recorder drops
+what comes after its end. The cost off (benchmarks/instructions.py: 70-115 instructions of a
+27,000-32,000-instruction node) and on (about 1.3 us a node) is in docs/profiler.md.
 """
 from __future__ import annotations
 
@@ -199,6 +217,16 @@ from .tensor import disown, engine_sum
 
 _cpu = devices.cpu
 _next_tie = itertools.count().__next__
+
+# The active profile's recorder, or None: the one flag the hot path tests. Set only by
+# set_profiler (threadgrad.profiler's profile block). See Note [Profiler hooks].
+_profiler: Any = None
+
+
+def set_profiler(recorder: Any) -> None:
+    """Install ``recorder`` (None: none) as the executor's profiler. See Note [Profiler hooks]."""
+    global _profiler
+    _profiler = recorder
 
 # How long the main thread blocks at a time where it waits for other threads. CPython runs a
 # Python signal handler between bytecodes; a signal that arrives just before a blocking wait
@@ -236,11 +264,12 @@ class ReadyQueue:
         self._waiters = 0
         self.closed = False  # set once the serving worker has stopped; push then refuses
 
-    def push(self, prio: int, gt: Any, node: Any, inputs: Any) -> bool:
+    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
+        """Queue a task; ``tie`` orders it among equal keys (default: after every one queued so far)."""
         with self._lock:
             if self.closed:
                 return False
-            heapq.heappush(self._heap, (prio, _next_tie(), gt, node, inputs))
+            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
             if self._waiters:
                 self._cv.notify()
         return True
@@ -590,13 +619,15 @@ class Engine:
             with gt.lock:
                 gt.outstanding -= 1
 
-    def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list) -> None:
+    def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
         """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock, or gt is
         not shared yet). See Note [Threads and queues], [Completion] and [Shared tasks]."""
         gt.outstanding += 1
         prio = -(gt.prio_base | node.sequence_nr)
+        if _profiler is not None:  # See Note [Profiler hooks]
+            _profiler.queued(gt, node)
         if not device.needs_worker:
-            gt.owner_queue.push(prio, gt, node, inputs)
+            gt.owner_queue.push(prio, gt, node, inputs, tie)
             return
         if not gt.shared:
             # The first hand-off to another thread: from here on gt is routed under its lock.
@@ -709,6 +740,8 @@ class Engine:
 
     def run_async(self, job: Callable[[], None]) -> None:
         """Run ``job`` (a whole backward call) on a pool thread."""
+        if _profiler is not None:  # See Note [Profiler hooks]
+            job = _profiler.handed_to_pool(job)
         self._pool.submit(job)
 
     def _thread_main(self, wait_for: GraphTask | None, root: Node | None = None) -> None:
@@ -749,19 +782,25 @@ class Engine:
                     if current is not gt:
                         _install(gt)
                         current = gt
-                    nxt = run(gt, node, inputs, q is gt.owner_queue)
+                    if _profiler is None:
+                        nxt = run(gt, node, inputs, q is gt.owner_queue)
+                    else:  # See Note [Profiler hooks]
+                        nxt = _profiler.run_node(run, gt, node, inputs, q is gt.owner_queue)
                     if gt.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:
                         break
                     # See Note [Continuation]: run the successor now, unless a queued task
                     # comes first (only this thread pops q, so its top cannot move away).
-                    node, inputs = nxt
+                    node, inputs, tie = nxt
                     heap = q._heap
                     if heap:
                         prio = -(gt.prio_base | node.sequence_nr)
-                        if heap[0][0] <= prio:  # (<=: an equal key queued earlier pops first)
-                            q.push(prio, gt, node, inputs)
+                        top = heap[0]
+                        if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
+                            if _profiler is not None:  # See Note [Profiler hooks]
+                                _profiler.queued(gt, node)
+                            q.push(prio, gt, node, inputs, tie)
                             break
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
@@ -920,7 +959,7 @@ class Engine:
         runnable = gt.runnable
         cut = gt.cut
         streams = gt.uses_streams
-        deferred = None
+        deferred = None  # (node, buffer, its place among equal keys once another is queued, or None)
         for (nxt, nr), g in zip(edges, outputs):
             if nxt is None:
                 continue
@@ -955,11 +994,17 @@ class Engine:
             if may_defer and not device.needs_worker:
                 if deferred is None:
                     gt.outstanding += 1
-                    deferred = (nxt, buf)
+                    deferred = (nxt, buf, None)
                     continue
                 if nxt.sequence_nr > deferred[0].sequence_nr:
-                    # Keep the higher-priority one back (Note [Continuation]); queue the other.
-                    nxt, buf, deferred = deferred[0], deferred[1], (nxt, buf)
+                    # Keep the higher-priority one back (Note [Continuation]); queue the other,
+                    # at its place among equal keys.
+                    self._push(gt, device, deferred[0], deferred[1], deferred[2])
+                    deferred = (nxt, buf, None)
+                    continue
+            if deferred is not None and deferred[2] is None:
+                # the kept-back successor precedes what is queued after it: its place, taken now
+                deferred = (deferred[0], deferred[1], _next_tie())
             self._push(gt, device, nxt, buf)
         return deferred
 

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import functools
 import traceback
+import warnings
 from typing import Any, Callable
 
 from ._state import tls
 from .graph import Node, _next_seq, pack_saved
 from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
-from ..ops._core import fit, view_index
-from ..ops.inplace import _view_root, rebase_root, stale_views
+from ..ops._core import fit
+from ..ops.views import dirty_base, rebase_dirty
+from .versions import next_generation
 
 
 class FunctionCtx(Node):
@@ -174,8 +176,8 @@ class Function:
         ctx._non_diff = ctx._dirty = frozenset()
         ctx._materialize = True
         for a in args:
-            if isinstance(a, Tensor) and len(a._vc) > 2 and _state.refresh_view is not None:
-                _state.refresh_view(a, f"{cls.__name__}.apply")  # a stale view: Note [Views and in-place] (ops)
+            if isinstance(a, Tensor) and a._base is not None:
+                _state.refresh_view(a, f"{cls.__name__}.apply")  # maybe stale: Note [Stale views] in ops/views.py
         recording = tls.grad_enabled and any(isinstance(a, Tensor) and a._rg for a in args)
         ctx.needs_input_grad = tuple(recording and isinstance(a, Tensor) and a._rg for a in args)
         prev = tls.grad_enabled
@@ -196,12 +198,17 @@ class Function:
                 f"{cls.__name__}: Some elements marked as dirty during the forward method were not returned as "
                 "output. The inputs that are modified inplace must all be outputs of the Function."
             )
+        if ctx._dirty and not ctx._dirty <= {id(a) for a in args if isinstance(a, Tensor)}:
+            warnings.warn("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have "
+                          "been mutated should be passed to ctx.mark_dirty().", UserWarning, stacklevel=2)
         if recording:
             _link(ctx, args, outs)
         else:
-            # Not recording: returned inputs still come back as new tensor objects (like torch).
+            # Not recording: returned inputs still come back as new tensor objects (like torch), and
+            # so does a dirty input that requires grad (torch's: the result is outside the graph).
             ids = {id(a) for a in args if isinstance(a, Tensor)}
-            outs = [_alias(o) if isinstance(o, Tensor) and id(o) in ids and id(o) not in ctx._dirty else o for o in outs]
+            outs = [_alias(o) if isinstance(o, Tensor) and id(o) in ids and (id(o) not in ctx._dirty or o._rg)
+                    else o for o in outs]
         return tuple(outs) if is_tuple else outs[0]
 
 
@@ -217,7 +224,8 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
     ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
     # Check every dirty output before changing any history, so a refused call leaves none half-linked.
-    rebase = [(o, _dirty_base(ctx, o)) for o in outs if isinstance(o, Tensor) and id(o) in ctx._dirty]
+    rebase = [(o, dirty_base(ctx._fn_cls.__name__, o, id(o) not in ctx._non_diff and o.dtype.kind in "fc"))
+              for o in outs if isinstance(o, Tensor) and id(o) in ctx._dirty]
     input_ids = {id(a) for a in args if isinstance(a, Tensor)}
     out_meta = []
     for i, o in enumerate(outs):
@@ -242,12 +250,10 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         if o.grad_fn is not ctx:
             continue  # not differentiable: no history changes
         if base is not None:
-            _rebase(ctx, o, *base)
-        stale_views(o)  # its views (or the other views of its base) now hold an old graph
-        if len(o._vc) > 2:
-            # o itself is up to date (its base rebased, or gone: nothing left to rebase, but its
-            # siblings, if any, are stale all the same)
-            gens.append(o._vc[2])
+            rebase_dirty(ctx, o, *base)
+        gen = next_generation(o)  # its views (or the other views of its base) now hold an old graph
+        if base is not None:
+            gens.append(gen)  # o itself is up to date
     if gens:
         ctx._view_gen = min(gens)  # the dirty views are up to date; min: views of several bases
     ctx._out_meta = tuple(out_meta)
@@ -260,44 +266,6 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx._to_save = ()
     if tls.anomaly:
         ctx.metadata["traceback_"] = traceback.format_stack()[:-2]
-
-
-def _dirty_base(ctx: FunctionCtx, o: Tensor) -> tuple | None:
-    """For a dirty input that is a view, ``(base, positions)`` to rebase the base with; None for
-    one that is not. Raises where torch refuses, or where the change cannot be recorded.
-    See Note [In-place ops on views] in ops/inplace.py."""
-    name = ctx._fn_cls.__name__
-    if o.grad_fn is None and o._rg:
-        raise RuntimeError(f"{name}: a leaf Variable that requires grad has been used in an in-place operation.")
-    base = _view_root(o)
-    if base is None:
-        return None
-    if base.grad_fn is None and base._rg:
-        raise RuntimeError(
-            f"{name}: a view of a leaf Variable that requires grad is being used in an in-place operation. "
-            "Pass a clone() of the view instead, or call the Function under engine.no_grad()."
-        )
-    idx = None if o.grad_fn is None and base.grad_fn is not None else view_index(o, base)
-    if idx is None and id(o) not in ctx._non_diff and o.dtype.kind in "fc":
-        raise RuntimeError(
-            f"{name}: the input marked dirty is a view of another tensor whose change cannot be recorded for "
-            "autograd (the view was taken under no_grad of a tensor in the graph, or its base's array has "
-            "gaps): the base's graph would miss the change. Pass a clone() of the view instead."
-        )
-    return base, idx
-
-
-def _rebase(ctx: FunctionCtx, view: Tensor, base: Tensor, idx: Any) -> None:
-    """The base of a dirty view becomes index_put(old base, the view's positions, this Function's
-    output), as an in-place op on a view does (PyTorch's CopySlices): Note [In-place ops on views]."""
-    def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
-        s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
-        s.grad_fn, s._output_nr, s._rg = fn, nr, rg
-        return s
-
-    old = standin(base, base.grad_fn, base._output_nr, base._rg)
-    new = standin(view, ctx, view._output_nr, True)
-    rebase_root(base, old, idx, new)
 
 
 class _DelayedError(Node):

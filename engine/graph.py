@@ -527,6 +527,23 @@ class Node:
         # Freed, modified or hooked: the general path raises or unpacks through the hooks.
         return tuple([None if t is None else t.data for t in self.saved_tensors()])
 
+    def saved_summary(self) -> tuple | None:
+        """What forward saved, described without unpacking it (no hook runs, no version
+        check): one ``(shape, dtype, device)`` per saved tensor, ``"packed by a hook"`` for a
+        value saved under ``saved_tensors_hooks``, None for an empty slot; None in place of the
+        tuple once backward freed them. For graph drawings (``threadgrad.viz.make_dot``).
+
+        >>> from threadgrad import engine
+        >>> x = engine.ones(2, 3, requires_grad=True)
+        >>> (x * 2).grad_fn.saved_summary()
+        (None, ((), dtype('float32'), device(type='cpu')))
+        """
+        saved = self._saved
+        if saved is None:
+            return None
+        return tuple([None if e is None else "packed by a hook" if type(e) is SavedHooked
+                      else (e.data.shape, e.data.dtype, e.device) for e in saved])
+
     def release_variables(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""
         if self._saved:

@@ -32,13 +32,17 @@ _cpu = devices.cpu
 class _TensorExt:
     """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
 
-    __slots__ = ("hooks", "post_acc", "retains_grad", "detached", "__weakref__")
+    __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "__weakref__")
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
         self.post_acc: dict = {}  # copy-on-write: See Note [Hook tables] in graph.py
         self.retains_grad = False
-        self.detached = False  # a detach() alias: shares the version counter, is no view for autograd
+        # See Note [Versions and views] in versions.py: a base's graph generation, and the
+        # generation a view with no grad_fn was made at.
+        self.generation = 0
+        self.view_gen = 0
+        self.no_grad_view = False  # See Note [No-grad views] in versions.py
 
 
 def to_device(spec: Any) -> Device:
@@ -69,9 +73,12 @@ class Tensor:
 
     # data: the array. device: interned Device. grad_fn: Node or None. _rg: requires_grad
     # (True for every non-leaf with a grad_fn). _grad: .grad. _vc: version counter, a
-    # one-element list shared by a tensor and its views. _output_nr: which output of
-    # grad_fn this is. _acc: weakref to the leaf's AccumulateGrad. _ext: _TensorExt or None.
-    __slots__ = ("data", "device", "grad_fn", "_rg", "_grad", "_vc", "_output_nr", "_acc", "_ext", "__weakref__")
+    # one-element list shared by a tensor, its views and aliases. _base: the tensor this one
+    # is a view of, or None (Note [Versions and views] in versions.py). _output_nr: which
+    # output of grad_fn this is. _acc: weakref to the leaf's AccumulateGrad. _ext: _TensorExt
+    # or None.
+    __slots__ = ("data", "device", "grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
+                 "__weakref__")
 
     __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our operators
 
@@ -85,6 +92,7 @@ class Tensor:
         self._rg = False
         self._grad = None
         self._vc = [0]
+        self._base = None
         self._output_nr = 0
         self._acc = None
         self._ext = None
@@ -126,7 +134,7 @@ class Tensor:
     # -- autograd attributes ------------------------------------------------------------
     @property
     def requires_grad(self) -> bool:
-        if len(self._vc) > 2:  # a view, maybe stale: See Note [Stale views] in ops/_core.py
+        if self._base is not None:  # a view, maybe stale: See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "requires_grad")
         return self._rg
 
@@ -143,6 +151,8 @@ class Tensor:
         if flag and self.data.dtype.kind not in "fc":
             raise RuntimeError(f"Only Tensors of floating point dtype can require gradients (got {self.data.dtype})")
         self._rg = flag
+        if self._ext is not None:
+            self._ext.no_grad_view = False  # now a leaf of its own: See Note [No-grad views] in versions.py
 
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         self.requires_grad = flag
@@ -150,7 +160,7 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
-        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+        if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "is_leaf")
         return self.grad_fn is None
 
@@ -190,7 +200,7 @@ class Tensor:
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf after backward (a no-op on leaves)."""
-        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+        if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "retain_grad")
         if not self._rg:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
@@ -216,7 +226,7 @@ class Tensor:
 
     def register_hook(self, fn: Callable[["Tensor"], "Tensor | None"]) -> RemovableHandle:
         """``fn(grad)`` runs when this tensor's gradient is computed; a returned Tensor replaces it."""
-        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+        if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "register_hook")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
@@ -258,7 +268,7 @@ class Tensor:
     def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
                  create_graph: bool = False, inputs: Sequence["Tensor"] | None = None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``; see :func:`engine.backward`."""
-        if len(self._vc) > 2:  # See Note [Stale views] in ops/_core.py
+        if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "backward")
         # (a module global, not an import here: a function-level import costs about 1 us a call)
         _autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
@@ -304,22 +314,13 @@ class Tensor:
     def detach(self) -> "Tensor":
         """A new leaf sharing data (and version counter) with this tensor, outside the graph."""
         t = _wrap(self.data, self.device)
-        vc = self._vc
-        if len(vc) == 1:
-            # Mark this tensor as the root of the shared counter now, so that the alias never
-            # becomes one (Note [Views and in-place] in ops/_core.py).
-            with LOCKS.view:
-                if len(vc) == 1:
-                    vc.append(weakref.ref(self))
-        t._vc = vc
-        t._ext_obj().detached = True
+        t._vc = self._vc  # an alias, not a view: See Note [Versions and views] in versions.py
         return t
 
     def detach_(self) -> "Tensor":
         """Detach this tensor from the graph in place: it becomes a leaf that requires no grad
         (torch's ``detach_``). A view cannot be detached in place."""
-        vc = self._vc
-        if len(vc) > 1 and vc[1]() is not self and not (self._ext is not None and self._ext.detached):
+        if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         self.grad_fn = None
         self._rg = False
@@ -383,14 +384,16 @@ def _wrap(data: Any, device: Device) -> Tensor:
     t._rg = False
     t._grad = None
     t._vc = [0]
+    t._base = None
     t._output_nr = 0
     t._acc = None
     t._ext = None
     return t
 
 
-def grad_accumulator(t: Tensor) -> AccumulateGrad:
-    """The leaf's AccumulateGrad, created on first use and kept weakly by the leaf.
+def grad_accumulator(t: Tensor) -> AccumulateGrad | None:
+    """The leaf's AccumulateGrad, created on first use and kept weakly by the leaf (None for a
+    view made under no_grad, whose gradient goes nowhere).
 
     Creation races between threads are benign only if both get the same node, so the
     check-and-set runs under the accumulator-creation lock (which also orders it against a
@@ -399,6 +402,9 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
     ref = t._acc
     acc = ref() if ref is not None else None
     if acc is None:
+        e = t._ext
+        if e is not None and e.no_grad_view:
+            return None  # its gradient goes nowhere: See Note [No-grad views] in versions.py
         with LOCKS.acc:
             ref = t._acc
             acc = ref() if ref is not None else None
@@ -412,7 +418,7 @@ def grad_accumulator(t: Tensor) -> AccumulateGrad:
 
 def gradient_edge(t: Tensor) -> tuple:
     """``(node, input_nr)`` through which a gradient reaches ``t``; ``(None, 0)`` if none does."""
-    if len(t._vc) > 2:  # See Note [Stale views] in ops/_core.py
+    if t._base is not None:  # See Note [Stale views] in ops/views.py
         _state.refresh_view(t, "backward")
     fn = t.grad_fn
     if fn is not None:

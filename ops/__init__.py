@@ -26,6 +26,7 @@ from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpo
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
+from . import views  # noqa: F401 - binds engine._state.refresh_view
 
 # Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
 __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "REGISTRY", "register"]

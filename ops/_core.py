@@ -31,7 +31,6 @@ both ways and requires equal gradients, so neither form can drift from the other
 """
 from __future__ import annotations
 
-import weakref
 from numbers import Number
 from typing import Any, Callable, TypeVar
 
@@ -67,8 +66,8 @@ def device_error(name: str, a: Tensor, b: Tensor) -> RuntimeError:
 def check_tensor(x: Any, name: str, arg: str = "input") -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name}: argument '{arg}' must be a Tensor, got {type(x).__name__}")
-    if len(x._vc) > 2:
-        check_fresh(x, name)
+    if x._base is not None and tls.grad_enabled:
+        _state.refresh_view(x, name)  # a view, maybe stale: See Note [Stale views] in views.py
     return x
 
 
@@ -121,9 +120,11 @@ def binary_operands(a: Any, b: Any, name: str, elementwise: bool = True) -> tupl
         raise device_error(name, a, b)
     if elementwise and a.data.shape != b.data.shape:
         broadcast_check(a.data.shape, b.data.shape, name)
-    if len(a._vc) > 2 or len(b._vc) > 2:  # See Note [Views and in-place]
-        check_fresh(a, name)
-        check_fresh(b, name)
+    if (a._base is not None or b._base is not None) and tls.grad_enabled:  # See Note [Stale views] in views.py
+        if a._base is not None:
+            _state.refresh_view(a, name)
+        if b._base is not None:
+            _state.refresh_view(b, name)
     return a, b
 
 
@@ -255,181 +256,3 @@ def cast(data: Any, dtype: numpy.dtype) -> Any:
 def const(data: Any, like: Tensor) -> Tensor:
     """A constant (no grad) tensor on ``like``'s device; arrays come from ``like.device.xp``."""
     return _wrap(data, like.device)
-
-
-# --- views and in-place ops ----------------------------------------------------------------
-#
-# Note [Views and in-place]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~
-# A view (reshape, transpose, permute, expand, basic getitem, split) shares its input's
-# array and its version counter ``_vc``, a list whose element 0 is the version the engine
-# checks. ops/ extends that shared list, and only ops/ reads the extra entries:
-#   _vc[1]  a weakref to the *root*: the tensor the first view was taken from. Every tensor
-#           sharing the list whose root is not itself is a view (or a detach() alias).
-#   _vc[2]  the root's graph generation: bumped when an in-place op *recorded* in the graph
-#           changes the root while views of it exist.
-# A view node (grad_fn of a view) created at generation k stores ``_view_gen = k``. The
-# rules, enforced in inplace.py and by :func:`check_fresh`:
-#   * a recorded in-place op on a view rebases the root too (Note [In-place ops on views]
-#     in inplace.py, PyTorch's CopySlices);
-#   * a view whose generation is older than its root's has a grad_fn that still points at
-#     the root's old graph: when an op uses it, it takes its history anew from the root's
-#     current graph at its own positions (:func:`view_index`), as torch regenerates a view's
-#     grad_fn. Where that cannot be done (the root is gone, or its array has gaps), the op
-#     raises: never wrong gradients. While grad mode is off nothing is recorded, and a
-#     detach() alias (marked in its _ext) is no view: neither is ever stale.
-# In-place ops under no_grad, or on tensors nothing requires grad of, are free.
-#
-# Note [Stale views]
-# ~~~~~~~~~~~~~~~~~~
-# torch regenerates a stale view's grad_fn whenever it is read, so everything that reads a
-# view's autograd state sees the root's new history. Here ``grad_fn`` is a plain slot (the
-# hot paths read it), so the places that read a view's state refresh it first, through
-# :func:`refresh` (bound as ``engine._state.refresh_view``): ops using it (check_tensor,
-# binary_operands), its ``requires_grad`` and ``is_leaf``, ``register_hook``,
-# ``retain_grad()``, ``backward()`` from it and its gradient edge in ``backward``/``grad``
-# (engine/tensor.py), a custom Function's apply. Reading ``t.grad_fn`` itself does not:
-# read ``t.requires_grad`` first. As in torch, the regenerated history is
-# AsStridedBackward0 over the root's current graph; a retain_grad() moves to it, while a
-# hook registered on the view before stays on its old grad_fn and no longer fires (torch's
-# test_tensor_hooks_inplace_over_view). A recorded in-place op on a view regenerates that
-# view too, right after rebasing its root: its gradient is the gradient of its own new value,
-# not the sum of every use of the op's result (torch's test_retain_grad_inplace_over_view).
-
-
-
-def share_version(out: Tensor, x: Tensor) -> None:
-    """Make ``out`` a view of ``x``: share its version counter and mark the root (see Note above).
-    A view of a detach() alias is outside the graph as the alias is, and marked so too."""
-    vc = x._vc
-    if len(vc) == 1:
-        with LOCKS.view:  # first view of x only: two threads must not both append
-            if len(vc) == 1:
-                vc.append(weakref.ref(x))
-    out._vc = vc
-    if x._ext is not None and x._ext.detached:
-        out._ext_obj().detached = True
-
-
-def mark_view_node(node: Node, x: Tensor) -> None:
-    """Stamp a view's grad_fn with its root's graph generation (Note [Views and in-place])."""
-    vc = x._vc
-    if len(vc) > 2:
-        node._view_gen = vc[2]
-
-
-def _address(a: Any) -> int:
-    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
-
-
-def view_offset(view: Tensor, root: Tensor) -> int | None:
-    """``view``'s first element's offset in ``root``'s memory, in elements; None when the
-    layout cannot be read (the root's array has gaps, or the view is not aligned on its
-    elements). Cheap: no array is built."""
-    r, v = root.data, view.data
-    if not (r.flags.c_contiguous or r.flags.f_contiguous):
-        return None
-    size = r.itemsize
-    offset = _address(v) - _address(r)
-    if offset % size or any(st % size for st in v.strides) or not 0 <= offset < max(r.nbytes, 1):
-        return None
-    return offset // size
-
-
-def view_index(view: Tensor, root: Tensor) -> Any:
-    """For each element of ``view``, its position in ``root`` flattened in C order (an int64
-    host array of the view's shape), read from the two arrays' memory layout; None where
-    :func:`view_offset` is."""
-    start = view_offset(view, root)
-    if start is None:
-        return None
-    r, v = root.data, view.data
-    size = r.itemsize
-    # Each element's C-order position, laid out in memory as the root's elements are: the
-    # view's offset and strides then pick its elements' positions.
-    logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
-    in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
-    return numpy.lib.stride_tricks.as_strided(in_memory[start:], v.shape,
-                                              tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
-
-
-def regenerate_view(t: Tensor, vc: list) -> bool:
-    """Give the stale view ``t`` the history "its elements of the root as the root is now":
-    the root's current graph, read at the view's positions (PyTorch regenerates a view's
-    grad_fn the same way). False when the root is gone or its layout cannot be read.
-
-    As torch's, a ``retain_grad()`` moves to the new grad_fn and hooks registered before stay
-    on the old one, which the root's graph no longer reaches (Note [Stale views])."""
-    root = vc[1]()
-    if root is None:
-        return False
-    if root.grad_fn is None:
-        return True  # the root has no graph (never a leaf that requires grad: those refuse recorded in-place ops)
-    idx = view_index(t, root)
-    if idx is None:
-        return False
-    from .index import take_view
-    from .shape import reshape
-
-    prev = tls.grad_enabled
-    tls.grad_enabled = True  # the history is recorded whatever the mode it is asked for in
-    try:
-        proxy = _wrap(root.data, root.device)  # stands for the root in the graph (shares no counter)
-        proxy.grad_fn, proxy._output_nr, proxy._rg = root.grad_fn, root._output_nr, root._rg
-        regen = take_view(reshape(proxy, (-1,)), idx)
-    finally:
-        tls.grad_enabled = prev
-    old_fn, old_nr = t.grad_fn, t._output_nr
-    t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
-    move_retain(t, old_fn, old_nr)
-    if t.grad_fn is not None:
-        t.grad_fn._view_gen = vc[2] if len(vc) > 2 else 0
-    return True
-
-
-def move_retain(t: Tensor, old_fn: Node | None, old_nr: int) -> None:
-    """``t`` has a new grad_fn: its retain_grad() hook (kept on ``old_fn``'s slot ``old_nr``)
-    moves along, as torch's update_tensor_hooks_on_new_gradfn; its tensor hooks stay behind."""
-    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
-        retain = set_retains_grad(old_fn._hooks, old_nr, None)
-        if retain is not None:
-            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
-
-
-def is_alias(t: Tensor) -> bool:
-    """A detach() alias: it shares a version counter but is no view for autograd."""
-    return t._ext is not None and t._ext.detached
-
-
-def is_stale(t: Tensor) -> bool:
-    """``t`` is a view whose root a recorded in-place op changed after ``t`` took its history
-    (Note [Views and in-place]); a detach() alias never is."""
-    vc = t._vc
-    if len(vc) > 2 and vc[1]() is not t and not is_alias(t):
-        made = getattr(t.grad_fn, "_view_gen", 0) if t.grad_fn is not None else 0
-        return made < vc[2]
-    return False
-
-
-def check_fresh(t: Tensor, name: str) -> None:
-    """Bring a view made stale by a recorded in-place op on its root up to date (its history is
-    taken anew from the root's), or raise when that cannot be done. Nothing to do while no
-    graph is recorded, nor for detach() aliases."""
-    if tls.grad_enabled:
-        refresh(t, name)
-
-
-def refresh(t: Tensor, name: str) -> None:
-    """:func:`check_fresh` in any grad mode: for what reads a view's autograd state (its
-    ``requires_grad``, ``is_leaf``, hooks, ``retain_grad()``, a backward from it), as torch's
-    grad_fn getter regenerates a stale view's (Note [Stale views])."""
-    if is_stale(t) and not regenerate_view(t, t._vc):
-        raise RuntimeError(
-            f"{name}: this tensor is a view of a tensor that an in-place op changed afterwards while "
-            "recording gradients, so its graph is out of date, and it cannot be taken anew (the base is "
-            "gone, or its array has gaps). Take the view again after the in-place op (or use the "
-            "out-of-place op)."
-        )
-
-
-_state.refresh_view = refresh  # the engine core refreshes stale views through this (it imports no ops)

@@ -14,8 +14,9 @@ import numpy
 from .. import devices
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, mark_view_node, normalize_dim,
-                    record, record_unary, register, share_version, tls)
+from ..engine.versions import make_view, mark_view_node
+from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, normalize_dim,
+                    record, record_unary, register, tls)
 
 _cpu = devices.cpu
 
@@ -39,6 +40,18 @@ def convert_index(idx: Any, x: Tensor, name: str, same_device: bool = False) -> 
     if isinstance(idx, numpy.ndarray) and dev.xp is not numpy:
         return dev.asarray(idx)
     return idx
+
+
+def select_ints(index: Any) -> Any:
+    """``index`` with each 0-d integer Tensor in it replaced by its value: as in torch, ``x[t]``
+    for such a ``t`` selects (a view, written through by ``x[t] = v``), as ``x[int(t)]`` does;
+    a 0-d bool or uint8 tensor stays a mask. Only indexing does this, not index_put or gather."""
+    if isinstance(index, tuple):
+        return tuple(select_ints(i) for i in index) if any(isinstance(i, Tensor) for i in index) else index
+    if isinstance(index, Tensor) and index.data.ndim == 0 and index.data.dtype.kind in "iu" \
+            and index.data.dtype != numpy.uint8:
+        return int(index.item())
+    return index
 
 
 def is_basic(idx: Any) -> bool:
@@ -206,13 +219,14 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     [2.0, 0.0, 1.0]
     """
     check_tensor(x, "getitem")
+    index = select_ints(index)
     idx = convert_index(index, x, "getitem")
     data = _index_data(x, idx, index, "getitem")
     basic = is_basic(idx)
     out = _wrap(data, x.device)
     view = basic and data.base is not None
     if view:
-        share_version(out, x)  # See Note [Views and in-place] in _core.py
+        make_view(out, x)  # See Note [Versions and views] in engine/versions.py
     if tls.grad_enabled and x._rg:
         if basic:
             node = _basic_node_cls(idx, x.shape)()
@@ -235,7 +249,7 @@ class AsStridedBackward0(IndexBackward0):
 
 
 def take_view(flat: Tensor, positions: Any) -> Tensor:
-    """``flat[positions]`` for a view's regenerated history (``regenerate_view`` in _core.py):
+    """``flat[positions]`` for a view's regenerated history (``regenerate`` in views.py):
     the positions are internal, so kept on the node as they are, not saved (torch's
     AsStridedBackward0 saves nothing: Note [Saved indices])."""
     out = _wrap(flat.data[positions], flat.device)
@@ -309,11 +323,38 @@ def index_put(x: Tensor, indices: Any, values: Any, accumulate: bool = False) ->
     return put(x, indices, values, accumulate)
 
 
-def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_slices: bool = False) -> Tensor:
+class CopySlices(IndexPutBackward0):
+    """``x[idx] = v`` through a basic index that narrows: torch records it as CopySlices (the
+    base of the view ``x[idx]`` takes the copy), and so does this name (Note [Saved indices]:
+    it saves nothing and refuses a second run once its graph is freed)."""
+
+    __slots__ = ()
+
+
+# Whole-tensor writes carry torch's node names (the gradient is index_put's either way).
+class FillBackward2(IndexPutBackward0):  # fill_(number)
+    __slots__ = ()
+
+
+class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
+    __slots__ = ()
+
+
+class ZeroBackward0(IndexPutBackward0):  # zero_()
+    __slots__ = ()
+
+
+class CopyBackwards(IndexPutBackward0):  # copy_(src), x[:] = tensor
+    __slots__ = ()
+
+
+def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_slices: bool = False,
+        node_cls: type | None = None) -> Tensor:
     """:func:`index_put`. With ``copy_slices`` (in-place writes that torch records as CopySlices:
     through a basic index that narrows, or into a view's base), the node saves nothing, as
     CopySlices, keeps its index arrays (internal ones) as they are, and refuses to run again
-    once its graph was freed (Note [Saved indices])."""
+    once its graph was freed (Note [Saved indices]). ``node_cls``: the node's class, for a
+    whole-tensor write that torch names otherwise (FillBackward2 ...)."""
     check_tensor(x, "index_put")
     v = check_tensor(as_operand(values, x, "index_put"), "index_put", "values")
     if v.device is not x.device:
@@ -330,7 +371,7 @@ def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_sli
                       f"of a tensor of shape {list(x.shape)} ({e})") from None
     out = _wrap(data, x.device)
     if tls.grad_enabled and (x._rg or v._rg):
-        node = IndexPutBackward0()
+        node = (node_cls or (CopySlices if copy_slices else IndexPutBackward0))()
         node.accumulate, node.v_shape, node.v_dtype = bool(accumulate), v.shape, v.dtype
         if copy_slices:
             node.index, saved = idx, run_once()

@@ -15,23 +15,10 @@ node that saved the tensor earlier raises "modified by an inplace operation" in 
   that the write below cannot change. The result is written into the array in place, and
   this tensor takes over the result's grad_fn.
 * A recorded in-place op on a view also rebases its root: Note [In-place ops on views].
-  Other views made stale by it take their history anew when next used (Note [Views and
-  in-place] in _core.py).
+  Other views made stale by it take their history anew when next used (Note [Stale
+  views] in views.py).
 
-Note [In-place ops on views]
-~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-``v = y[1:]; v.mul_(3)`` changes ``y`` too, so ``y``'s history must change: as in PyTorch's
-CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". Here that is
-recorded with ops that already exist: the view's positions in its root are read from the two
-arrays' memory layout (``view_index`` in _core.py), and the root takes the history of
-``index_put(old root flattened, positions, result)``, so gradients reach the old root outside
-the view and the op's inputs inside it, and double backward works. The view itself takes the
-op's result as history through the rebased root, as torch's view regeneration (a
-retain_grad() moves along: Note [Stale views] in _core.py). A view made under no_grad of a root
-in the graph first takes its history from the root, so the change reaches the root's graph.
-A detach() alias is no view for autograd (it is never rebased); a view of a leaf that
-requires grad raises, as in torch; and a root whose array has gaps (not C- or
-Fortran-contiguous, which every op output is) makes the op raise.
+In-place ops on views rebase the view's base: Note [In-place ops on views] in views.py.
 
 >>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0])
@@ -48,10 +35,17 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from . import device, elementwise, index, shape
-from ._core import (BOOL, CATEGORY, as_operand, check_tensor, device_error, is_alias, move_retain, regenerate_view,
-                    result_dtype, tls, view_index, view_offset)
+from ..engine.versions import next_generation
+from ._core import BOOL, CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
+from .views import rebase, regenerate, take_history, view_index, view_offset
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
+NO_GRAD_VIEW_MESSAGE = (  # torch's words, for a view of a leaf made under no_grad (Note [No-grad views])
+    "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that this "
+    "use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both the view "
+    "and the inplace either both inside the no_grad block (if you don't want the inplace to be tracked) or both "
+    "outside (if you want the inplace to be tracked)."
+)
 
 
 def _other(self: Tensor, other: Any, name: str) -> Tensor:
@@ -86,9 +80,9 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
                            f"memory); clone() it before writing to it")
     if not tls.grad_enabled:
         return False
-    if self.grad_fn is None and self._rg:
+    root = self._base
+    if root is None and self.grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
-    root = _view_root(self)
     fn = self.grad_fn
     if fn is not None and self._output_nr in fn.custom_view_outputs:
         raise RuntimeError(
@@ -106,22 +100,27 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         )
     regenerated = False
     if root is not None:
+        no_grad_view = fn is None and self._ext is not None and self._ext.no_grad_view
+        if fn is None and self._rg and not no_grad_view:
+            raise RuntimeError(LEAF_MESSAGE)  # a view that was made a leaf of its own (requires_grad_())
         if root.grad_fn is None and root._rg:
+            if no_grad_view:
+                raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if self.grad_fn is None and root.grad_fn is not None:
-            # A view made while nothing was recorded (no_grad) of a root that has a graph: the
-            # change must reach the root's graph even if nothing here requires grad, so the
-            # view first takes its history from the root (Note [In-place ops on views]).
-            regenerated = regenerate_view(self, self._vc)
+        if fn is None and root.grad_fn is not None:
+            # A view made while nothing was recorded (no_grad) of a base that has a graph: the
+            # change must reach the base's graph even if nothing here requires grad, so the
+            # view first takes its history from the base (Note [In-place ops on views] in views.py).
+            regenerated = regenerate(self)
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
     if root is not None:
         if self.grad_fn is not None and root.grad_fn is not None and not regenerated:
-            # The op reads the view's elements of the root as it is now, through a new node: as
-            # in torch's CopySlices, the gradient for them goes straight to the root's history,
+            # The op reads the view's elements of the base as it is now, through a new node: as
+            # in torch's CopySlices, the gradient for them goes straight to the base's history,
             # never through the view's old grad_fn, whose hooks must not fire (Note [Stale views]).
-            regenerate_view(self, self._vc)
+            regenerate(self)
         # A view of a tensor outside the graph (no history on either) is recorded: the base joins
         # the graph through CopySlices, as torch's (the "fill a preallocated buffer" pattern).
         # Refused: a view made under no_grad of a base in the graph that could not take its
@@ -134,22 +133,6 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
                 f"engine.no_grad()."
             )
     return True
-
-
-def _view_root(self: Tensor) -> Tensor | None:
-    """The live tensor ``self`` is a view of, if any (a detach() alias is none)."""
-    vc = self._vc
-    if len(vc) > 1:
-        root = vc[1]()
-        if root is not None and root is not self and not is_alias(self):
-            return root
-    return None
-
-
-class CopySlices(shape.ViewBackward0):
-    """The root's node after an in-place op on one of its views (PyTorch's name)."""
-
-    __slots__ = ()
 
 
 def _snapshot(self: Tensor) -> Tensor:
@@ -165,51 +148,23 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     _check_write(self, result.dtype, result.shape, name)
     if result.dtype != self.dtype:
         result = device.to(result, dtype=self.dtype)
-    root = _view_root(self)
+    root = self._base
     if root is not None:
-        rebase_root(root, _snapshot(root), view_index(self, root), result)
+        rebase(root, _snapshot(root), view_index(self, root), result)
     self.data[...] = result.data
-    if root is not None:
-        regenerate_view(self, self._vc)  # a view of the rebased root: See Note [Stale views] in _core.py
-    else:
-        _take_history(self, result)
     _bump(self, recorded=True)
-    vc = self._vc
-    if len(vc) > 2 and self.grad_fn is not None:
-        self.grad_fn._view_gen = vc[2]  # self is up to date; other views of its root are stale
+    if root is not None:
+        regenerate(self)  # a view of the rebased base: See Note [Stale views] in views.py
+    else:
+        take_history(self, result)  # its views made before are stale now: a new generation
     return self
 
 
-def rebase_root(root: Tensor, old_root: Tensor, positions: Any, result: Tensor) -> None:
-    """``root`` (a view's root) takes the history index_put(``old_root``, the view's
-    ``positions``, ``result``): recorded with the differentiable ops, so the root's gradient
-    reaches the old root outside the view's elements and ``result``'s inputs inside them
-    (PyTorch's CopySlices). Shared with custom Functions' ``mark_dirty`` (engine/function.py)."""
-    flat = index.put(shape.reshape(old_root, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)), copy_slices=True)
-    _take_history(root, shape._reshape(flat, root.shape, CopySlices))
-
-
-def stale_views(t: Tensor) -> None:
-    """``t``'s views (or the other views of its root) now hold an out-of-date graph: a new
-    generation of the shared counter (Note [Views and in-place] in ops/_core.py)."""
-    vc = t._vc
-    if len(vc) > 1:
-        if len(vc) == 2:
-            vc.append(0)
-        vc[2] += 1
-
-
-def _take_history(t: Tensor, result: Tensor) -> None:
-    """``t`` takes ``result``'s grad_fn; a retain_grad() moves with it, as in torch."""
-    old_fn, old_nr = t.grad_fn, t._output_nr
-    t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
-    move_retain(t, old_fn, old_nr)
-
-
-def _bump(self: Tensor, recorded: bool = False) -> None:
+def _bump(self: Tensor, recorded: bool = False) -> int:
+    """One more version; for a ``recorded`` op also a new graph generation of ``self``'s base
+    (returned; Note [Versions and views] in engine/versions.py)."""
     self._vc[0] += 1
-    if recorded:
-        stale_views(self)
+    return next_generation(self) if recorded else 0
 
 
 def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = False) -> Callable:
@@ -248,13 +203,15 @@ div_ = _binary_inplace("div_", elementwise.div, "true_divide")
 
 def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     """``self[idx] = value`` in place: recorded as :func:`ops.index_put` on a snapshot."""
+    idx = index.select_ints(idx)
     v = as_operand(value, self, name)
     record = _must_record(self, (v,), name)
     if v.device is not self.device:  # copy_ and setitem take values from any device
         v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
     if record:
         narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
-        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow), name)
+        return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow,
+                                      node_cls=None if narrow else _whole_write_node(idx, value, name)), name)
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
@@ -264,6 +221,19 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
                       f"of a tensor of shape {list(self.shape)} ({e})") from None
     _bump(self)
     return self
+
+
+def _whole_write_node(idx: Any, value: Any, name: str) -> type | None:
+    """torch's node for a write to all of a tensor (None: an advanced index, IndexPutBackward0)."""
+    if name == "zero_":
+        return index.ZeroBackward0
+    if name == "fill_":
+        return index.FillBackward3 if isinstance(value, Tensor) else index.FillBackward2
+    if name == "copy_":
+        return index.CopyBackwards
+    if index.is_basic(idx):  # x[...] = v, x[:] = v: a number or a 0-d value fills, else copies
+        return index.FillBackward3 if not isinstance(value, Tensor) or value.ndim == 0 else index.CopyBackwards
+    return None
 
 
 def fill_(self: Tensor, value: Any) -> Tensor:

@@ -13,9 +13,10 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (Node, broadcast_array, cast, check_tensor, device_error, dim_alias, mark_view_node, normalize_dim,
+from ..engine.versions import make_view, mark_view_node
+from ._core import (Node, broadcast_array, cast, check_tensor, device_error, dim_alias, normalize_dim,
                     normalize_dims, record, record_unary, register,
-                    result_dtype, share_version, sum_to_array, tls)
+                    result_dtype, sum_to_array, tls)
 
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
@@ -24,7 +25,7 @@ def _view_out(data: Any, x: Tensor) -> Tensor:
     # A view of x's memory (numpy names the owning array as the base; a reshape that had to
     # copy has a base of its own, and is no view)
     if base is not None and (base is xd or base is xd.base):
-        share_version(out, x)  # See Note [Views and in-place] in _core.py
+        make_view(out, x)  # See Note [Versions and views] in engine/versions.py
     return out
 
 
@@ -162,7 +163,7 @@ def expand(x: Tensor, shape: Any) -> Tensor:
 
 def _expand_record(x: Tensor, data: Any, shape: tuple) -> Tensor:
     out = _wrap(data, x.device)
-    share_version(out, x)
+    make_view(out, x)
     if tls.grad_enabled and x._rg:
         node = ExpandBackward0()
         mark_view_node(node, x)

@@ -142,9 +142,9 @@ def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
         top = {name.split("/")[0] for name in zf.namelist()}
         assert {n for n in top if not n.endswith(".dist-info")} == {"threadgrad"}, top
         assert {"threadgrad/engine/executor.py", "threadgrad/ops/elementwise.py",
-                "threadgrad/devices/__init__.py", "threadgrad/py.typed", "threadgrad/optim/adam.py",
-                "threadgrad/nn/functional.py", "threadgrad/utils/checkpoint.py",
-                "threadgrad/autograd/graph.py"} <= set(zf.namelist())
+                "threadgrad/devices/__init__.py", "threadgrad/profiler/_chrome.py", "threadgrad/viz.py",
+                "threadgrad/py.typed", "threadgrad/optim/adam.py", "threadgrad/nn/functional.py",
+                "threadgrad/utils/checkpoint.py", "threadgrad/autograd/graph.py"} <= set(zf.namelist())
         (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         metadata = zf.read(meta).decode()
         assert "License-Expression: MIT" in metadata and "Requires-Python: >=3.10" in metadata

@@ -85,6 +85,7 @@ from ._front import (as_tensor, device, from_numpy, is_floating_point, is_tensor
                      randn_like, randperm)
 from .serialization import load, save  # noqa: E402
 from . import autograd, cuda, nn, optim, utils  # noqa: E402
+from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
 from .utils import checkpoint as _utils_checkpoint  # noqa: E402,F401 - makes tg.utils.checkpoint an attribute
 
 # dtypes: numpy's scalar types, which compare equal to a tensor's ``dtype`` (``x.dtype == tg.float32``)
@@ -102,7 +103,7 @@ complex128 = _np.complex128
 
 clip = clamp  # noqa: F405 - torch's alias
 
-__all__ = (["__version__", "devices", "engine", "ops", "autograd", "cuda", "nn", "optim", "utils",
+__all__ = (["__version__", "devices", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
             "Tensor", "Function", "Device", "device", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
             "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "rand_like", "randn_like",
             "randint", "randperm", "arange", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",

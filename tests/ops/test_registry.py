@@ -147,7 +147,7 @@ def test_first_order_formulas_match_create_graph(name: str, i: int, dtype: str) 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_every_op_brings_a_stale_view_up_to_date(name: str) -> None:
     """A view whose root was changed by a recorded in-place op has an out-of-date graph
-    (Note [Views and in-place]): every op must take its history anew from the root
+    (Note [Stale views] in ops/views.py): every op must take its history anew from the root
     (check_fresh), so its gradients equal those through a view taken after the change; an op
     that skipped the check would send them through the root's old graph (half of them here)."""
     s = SAMPLES[name]()[0]

@@ -322,3 +322,188 @@ def test_in_place_on_a_custom_functions_view_output_is_refused_at_the_op(fn):
     o.sum().backward()  # the graph is intact: the custom backward runs
     expected = [1.0, 1.0, 0.0] if fn is _ViewOut else [10.0, 10.0, 10.0]
     assert x.grad.tolist() == expected
+
+
+# -- E: views made under no_grad (Note [No-grad views] in engine/versions.py) ----------------
+NO_GRAD_VIEW_INPLACE = "A view was created in no_grad mode and is being modified inplace with grad mode enabled."
+
+
+def test_a_no_grad_view_of_a_leaf_requires_grad_and_its_gradient_goes_nowhere():
+    """torch 2.13: ``with no_grad(): v = x[0:1]`` has requires_grad True, no grad_fn, is a leaf;
+    ops on it are recorded; its gradient reaches neither x nor v.grad."""
+    x = engine.ones(3, requires_grad=True)
+    with engine.no_grad():
+        v = x[0:1]
+        vv = v[0:1]  # a view of such a view: the same
+    assert (v.requires_grad, v.grad_fn, v.is_leaf, vv.requires_grad) == (True, None, True, True)
+    y = v * 2
+    assert y.requires_grad and y.grad_fn is not None
+    y.sum().backward()
+    assert x.grad is None and v.grad is None
+    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+        engine.grad((v * 2).sum(), v)
+
+
+def test_a_no_grad_view_of_a_non_leaf_requires_grad_without_a_grad_fn():
+    y = engine.ones(3, requires_grad=True) * 1.0
+    with engine.no_grad():
+        u = y.reshape(3)
+        plain = engine.ones(3)[0:2]
+    assert (u.requires_grad, u.grad_fn, plain.requires_grad) == (True, None, False)
+
+
+def test_in_place_on_a_no_grad_view_of_a_leaf_in_grad_mode_raises_torchs_error():
+    x = engine.ones(3, requires_grad=True)
+    with engine.no_grad():
+        v = x[0:1]
+    with pytest.raises(RuntimeError, match=NO_GRAD_VIEW_INPLACE):
+        v.mul_(2)
+    with engine.no_grad():
+        v.mul_(2)  # both under no_grad: allowed, nothing recorded
+    assert x.tolist() == [2.0, 1.0, 1.0]
+
+
+def test_requires_grad_on_a_no_grad_view_makes_it_a_leaf_of_its_own():
+    x = engine.ones(3, requires_grad=True)
+    with engine.no_grad():
+        v = x[0:2]
+    v.requires_grad_(True)
+    (v * 3).sum().backward()
+    assert v.grad.tolist() == [3.0, 3.0] and x.grad is None
+
+
+# -- F: a write through a view of a detach() alias ------------------------------------------
+
+def test_writing_through_a_view_of_a_detached_alias_is_recorded():
+    """torch 2.13: ``d = c.detach(); d[1].add_(w)`` puts d in the graph (CopySlices); c stays out
+    of it, sharing the version counter. threadgrad dropped the write silently before."""
+    c = engine.zeros(3)
+    w = engine.tensor([2.0], requires_grad=True)
+    d = c.detach()
+    d[1].add_(w[0] * 3.0)
+    assert d.requires_grad and d.grad_fn.name() == "CopySlices"
+    assert (c.requires_grad, c.version, d.version) == (False, 1, 1)
+    assert c.tolist() == [0.0, 6.0, 0.0]
+    d.sum().backward()
+    assert w.grad.tolist() == [3.0]
+
+
+def test_writing_through_an_alias_of_a_non_leaf_leaves_the_original_history():
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    c = x * 2.0
+    w = engine.tensor([5.0], requires_grad=True)
+    d = c.detach()
+    d[1].mul_(w[0])
+    assert c.grad_fn.name() == "MulBackward0" and d.grad_fn.name() == "CopySlices"
+    (d * engine.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert w.grad.tolist() == [40.0] and x.grad is None  # 10 * old d[1] (= 4); nothing reaches x
+    # The alias shares the version counter: a node that saved the original before the write raises.
+    y = x * 2.0
+    z = y * y  # saves y at version 0
+    y.detach()[0].add_(w[0])
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        z.sum().backward()
+
+
+# -- G(2) and E: custom Functions and mark_dirty --------------------------------------------
+
+class _DirtyNotInput(engine.Function):
+    @staticmethod
+    def forward(ctx, a):
+        t = engine.ones(2)
+        ctx.mark_dirty(t)
+        return a * 2, t
+
+    @staticmethod
+    def backward(ctx, g, g2):
+        return g * 2
+
+
+def test_mark_dirty_on_a_tensor_that_is_not_an_input_warns_as_torch():
+    with pytest.warns(UserWarning, match=r"ctx.mark_dirty\(\) received a tensor that was not an input"):
+        out, t = _DirtyNotInput.apply(engine.ones(2, requires_grad=True))
+    assert out.tolist() == [2.0, 2.0] and t.tolist() == [1.0, 1.0]
+
+
+class _AddOneInPlace(engine.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.mark_dirty(a)
+        a.add_(1.0)
+        return a
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+@pytest.mark.parametrize("rg, grad_mode, same", [(False, True, True), (False, False, True), (True, True, True),
+                                                 (True, False, False)])
+def test_mark_dirty_function_returns_the_input_object_as_torch(rg, grad_mode, same):
+    """torch 2.13: only a dirty input that requires grad, under no_grad, comes back as a new object
+    (outside the graph, sharing memory and version)."""
+    a = engine.ones(2, requires_grad=rg) * 1.0 if rg else engine.ones(2)
+    with engine.set_grad_enabled(grad_mode):
+        r = _AddOneInPlace.apply(a)
+    assert (r is a) == same
+    assert r.requires_grad == (rg and grad_mode)
+    assert r.tolist() == [2.0, 2.0] and r.version == a.version
+
+
+# -- views keep their base alive, as torch's _base -----------------------------------------
+
+def test_a_view_keeps_its_base_alive_so_its_history_can_be_taken_anew():
+    import gc
+    import weakref
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    base = x * 1.0
+    v1, v2 = base[1:], base[:2]
+    ref = weakref.ref(base)
+    del base
+    gc.collect()
+    assert ref() is not None and v1._base is ref()
+    v1.mul_(3.0)  # v2 is stale now; its base is alive, so it takes its history anew
+    (v2 * engine.tensor([1.0, 10.0])).sum().backward()
+    assert x.grad.tolist() == [1.0, 30.0, 0.0]
+
+
+# -- x[t] for a 0-d integer tensor t selects, as torch's indexing -------------------------
+
+def test_indexing_with_a_0d_integer_tensor_is_a_view_as_an_int():
+    """torch 2.13: ``t[torch.tensor(1)]`` is ``t[1]`` (a view that writes through; SelectBackward
+    history); a 0-d bool tensor stays a mask; index_put keeps tensors as advanced indices."""
+    t = engine.tensor([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]])
+    s = t[engine.tensor(1)]
+    assert s._base is t
+    s.add_(100.0)
+    assert t.tolist()[1] == [103.0, 104.0, 105.0]
+    t[engine.tensor(0), engine.tensor(2)] = -1.0
+    assert t.tolist()[0] == [0.0, 1.0, -1.0]
+    assert t[engine.tensor(True)].shape == (1, 2, 3)
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    y[engine.tensor(1)] = 7.0
+    assert y.grad_fn.name() == "CopySlices"
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("write, name", [
+    (lambda y, s: y.fill_(s), "FillBackward3"),
+    (lambda y, s: y.fill_(2.0), "FillBackward2"),
+    (lambda y, s: y.zero_(), "ZeroBackward0"),
+    (lambda y, s: y.copy_(y * 2), "CopyBackwards"),
+    (lambda y, s: y.__setitem__(Ellipsis, 3.0), "FillBackward3"),
+    (lambda y, s: y.__setitem__(slice(None), y * 2), "CopyBackwards"),
+    (lambda y, s: y.__setitem__([0, 1], 3.0), "IndexPutBackward0"),
+    (lambda y, s: y.__setitem__(1, s), "CopySlices"),
+], ids=["fill_tensor", "fill_number", "zero", "copy", "setitem_ellipsis", "setitem_all", "setitem_list",
+        "setitem_int"])
+def test_in_place_writes_carry_torchs_node_names(write, name):
+    """torch 2.13's grad_fn for each whole-tensor or sliced write (names only: the gradients are
+    index_put's and are tested above)."""
+    x = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    s = engine.tensor(5.0, requires_grad=True)
+    y = x * 1.0
+    write(y, s)
+    assert y.grad_fn.name() == name

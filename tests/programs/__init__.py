@@ -3,20 +3,21 @@
 ``generate(seed)`` gives a program as plain data (generator.py says what is in it and what is
 kept out); ``run(program, backend)`` runs it for real and ``reference(program, backend)``
 computes what it must give; ``compare`` lists the differences. ``check(seed)`` does all of it
-for one seed on threadgrad (and on torch with ``torch=True``); ``python -m programs --seed S``
+for one seed on threadgrad (and on torch with ``torch=True``); ``python -m programs --seed S [--inplace]``
 (from tests/) replays one seed. docs/testing.md describes the design.
 """
 from __future__ import annotations
 
 from .backends import InjectedFault, ThreadgradBackend, TorchBackend
 from .generator import dumps, generate
-from .interpreter import Outcome, compare, reference, run
+from .interpreter import Outcome, compare, outcome_from_json, outcome_to_json, reference, run
 
 
-def check(seed: int, torch: bool = False, concurrent: bool = True) -> list:
+def check(seed: int, torch: bool = False, concurrent: bool = True, inplace: bool = False) -> list:
     """Differences found for ``seed``: threadgrad's real run against the reference, and with
-    ``torch`` torch's run against both (each line says which pair)."""
-    program = generate(seed)
+    ``torch`` torch's run against both (each line says which pair). ``inplace``: the program
+    has in-place writes through views in its forward (``generate``)."""
+    program = generate(seed, inplace)
     tg = ThreadgradBackend()
     expected = reference(program, tg)
     actual = run(program, tg, concurrent=concurrent)

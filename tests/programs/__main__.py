@@ -1,11 +1,13 @@
-"""Replay seeds: ``cd tests && python -m programs --seed 17 [--torch] [--sequential] [--print]``,
-or ``--seeds 0:200`` to scan a range (prints each failing seed's differences)."""
+"""Replay seeds: ``cd tests && python -m programs --seed 17 [--torch] [--sequential] [--print]
+[--inplace]``, or ``--seeds 0:200`` to scan a range (prints each failing seed's differences);
+``--record PATH`` writes torch's outcomes instead (tests/stress/torch_inplace_outcomes.json)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from . import check, dumps, generate
+from . import TorchBackend, check, dumps, generate, outcome_to_json, run
 
 
 def main() -> int:
@@ -15,13 +17,23 @@ def main() -> int:
     ap.add_argument("--torch", action="store_true", help="also run torch and compare")
     ap.add_argument("--sequential", action="store_true", help="run the program's threads one after another")
     ap.add_argument("--print", action="store_true", help="print the program")
+    ap.add_argument("--inplace", action="store_true", help="programs with in-place writes through views")
+    ap.add_argument("--record", metavar="PATH", help="write torch's outcome of each seed to PATH (JSON)")
     args = ap.parse_args()
     seeds = [args.seed] if args.seeds is None else range(*map(int, args.seeds.split(":")))
+    if args.record:
+        recorded = {str(seed): outcome_to_json(run(generate(seed, args.inplace), TorchBackend(), concurrent=False))
+                    for seed in seeds}
+        with open(args.record, "w") as f:
+            json.dump({"torch": __import__("torch").__version__, "inplace": args.inplace, "outcomes": recorded},
+                      f, separators=(",", ":"))
+        print(f"recorded torch's outcome of {len(recorded)} programs in {args.record}")
+        return 0
     bad = 0
     for seed in seeds:
         if args.print:
-            print(dumps(generate(seed)))
-        diffs = check(seed, torch=args.torch, concurrent=not args.sequential)
+            print(dumps(generate(seed, args.inplace)))
+        diffs = check(seed, torch=args.torch, concurrent=not args.sequential, inplace=args.inplace)
         if diffs:
             bad += 1
             print(f"seed {seed}: {len(diffs)} differences")

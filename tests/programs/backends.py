@@ -61,6 +61,8 @@ class ThreadgradBackend:
     def split(self, x, sizes, dim): return self.ops.split(x, sizes, dim)
     def reshape(self, x, shape): return self.ops.reshape(x, shape)
     def transpose(self, x, d0, d1): return self.ops.transpose(x, d0, d1)
+    def zeros_like(self, x): return self.engine.zeros(x.shape, dtype=np.float64, device=x.device)
+    def no_grad(self): return self.engine.no_grad()
 
     def checkpoint(self, fn: Callable, *args: Any, use_reentrant: bool) -> Any:
         return self.engine.checkpoint(fn, *args, use_reentrant=use_reentrant)
@@ -118,6 +120,8 @@ class TorchBackend:
     def split(self, x, sizes, dim): return self.torch.split(x, sizes, dim)
     def reshape(self, x, shape): return self.torch.reshape(x, shape)
     def transpose(self, x, d0, d1): return self.torch.transpose(x, d0, d1)
+    def zeros_like(self, x): return self.torch.zeros(x.shape, dtype=self.torch.float64)
+    def no_grad(self): return self.torch.no_grad()
 
     def checkpoint(self, fn: Callable, *args: Any, use_reentrant: bool) -> Any:
         return self.torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=use_reentrant)

@@ -12,7 +12,8 @@ a replay. Schema:
     ``{name: 3x3 list}``: tensors that do not require grad.
 ``steps``
     the forward, in order: ``{"out", "op", "args", ...}``. ``op`` is one of UNARY, BINARY,
-    ``"to"`` (with ``"device"``), ``"detach"``, ``"r_tanh"`` / ``"r_mul"`` (a custom Function
+    ``"to"`` (with ``"device"``), ``"detach"``, ``"vwrite"`` (with ``"variant"``, one of
+    ``VWRITE``: an in-place write through a view of ``args[0]``'s clone, from ``args[1]``), ``"r_tanh"`` / ``"r_mul"`` (a custom Function
     whose backward calls ``grad`` itself: reentrant backward), ``"fault"`` (a custom Function
     whose backward raises ``"kind"``) or ``"checkpoint"`` (with ``"use_reentrant"``, a
     ``"body"`` of steps over the names ``a0, a1, ...`` (its args), the leaves (used as closure
@@ -55,7 +56,9 @@ schedule, so no exact comparison is possible):
   "Checkpointing is not compatible with .grad()");
 * random ops (dropout): the RNG streams of the backends differ, and under threads the
   checkpoint's RNG replay is its own test (tests/engine/test_checkpoint.py);
-* in-place ops on shared graphs: which thread sees which version is a race by definition.
+* in-place ops while calls run: which thread sees which version is a race by definition. The
+  forward's in-place writes through views (``generate(seed, inplace=True)``) run before any
+  call, on one thread, so they are in.
 
 Faulting calls use a root of their own whose first node raises, so a failing call has run
 nothing (no accumulation, no hook) when it fails, whatever the schedule.
@@ -67,6 +70,9 @@ import random
 from typing import Any
 
 UNARY = ("tanh", "exp", "clone", "scale", "rowroll", "splitswap", "treshape", "sumk")
+# In-place writes through views, done in the forward (before any call, on one thread): only in
+# programs made with ``generate(seed, inplace=True)``; interpreter._vwrite says what each does.
+VWRITE = ("slice_mul", "buffer_fill", "alias_write", "nograd_view", "stale_view", "tview_add")
 BINARY = ("add", "mul", "matmul")
 DEVICES = ("cpu", "virtual:1", "virtual:2")
 BOUND = 2.0  # values larger than this get a tanh before exp / mul / matmul: nothing overflows
@@ -111,6 +117,12 @@ class _Builder:
             b = 4 * b
         elif op == "scale":
             b = abs(extra["factor"]) * b
+        elif op == "vwrite":
+            bx, by = a[0]["bound"], a[1]["bound"]
+            b = {"slice_mul": bx * by, "buffer_fill": max(2 * by, bx), "alias_write": bx + by,
+                 "nograd_view": max(bx, bx * by), "stale_view": bx * by, "tview_add": bx + by}[extra["variant"]]
+            if extra["variant"] == "alias_write":
+                rg = a[1]["rg"]  # the alias is outside x's graph: only y's write puts it in one
         self.info[name] = {"dev": dev, "rg": rg, "bound": b, "rck": rck}
         return name
 
@@ -121,9 +133,13 @@ class _Builder:
     def on(self, x: str, dev: str) -> str:
         return x if self.info[x]["dev"] == dev else self.emit("to", [x], device=dev)
 
-    def op(self, pool: list) -> str:
-        """One random unary/binary/reentrant op over values drawn from ``pool``."""
+    def op(self, pool: list, inplace: bool = False) -> str:
+        """One random unary/binary/reentrant op over values drawn from ``pool`` (``inplace``: or
+        an in-place write through a view, one op in three)."""
         rng = self.rng
+        if inplace and rng.random() < 1 / 3:
+            x, y = self.small(rng.choice(pool[-4:])), self.small(rng.choice(pool))
+            return self.emit("vwrite", [x, self.on(y, self.info[x]["dev"])], variant=rng.choice(VWRITE))
         kind = rng.choice(UNARY + BINARY + ("r_tanh", "r_mul", "to", "detach"))
         x = rng.choice(pool[-4:]) if rng.random() < 0.7 else rng.choice(pool)
         if kind == "to":
@@ -144,8 +160,10 @@ class _Builder:
         return self.emit(kind, [x, y])
 
 
-def generate(seed: int) -> dict:
-    """The program of ``seed``: the same dict every time, on every platform."""
+def generate(seed: int, inplace: bool = False) -> dict:
+    """The program of ``seed``: the same dict every time, on every platform. ``inplace`` adds
+    in-place writes through views to the forward (``VWRITE``; other seeds' programs are
+    unchanged by it)."""
     rng = random.Random(seed)
     leaves = {f"p{i}": _grid(rng) for i in range(rng.randint(2, 4))}
     consts = {"c0": _grid(rng)}
@@ -159,7 +177,7 @@ def generate(seed: int) -> dict:
         if rng.random() < 0.25:
             pool.append(_checkpoint(rng, top, pool, leaves, rck_leaves))
         else:
-            pool.append(top.op(pool))
+            pool.append(top.op(pool, inplace))
     n_threads = rng.choice((1, 2, 2, 3, 4))
     values = [v for v in pool if v.startswith("v") and info[v]["rg"]]
     if not values:  # everything was detached: one more op on a leaf

@@ -42,6 +42,24 @@ class Outcome:
     partial: bool = False
 
 
+def outcome_to_json(o: Outcome) -> dict:
+    """``o`` as plain JSON data (arrays as nested lists), for outcomes recorded from torch."""
+    arr = (lambda a: None if a is None else a.tolist())
+    calls = {str(k): (["ok", None if v[1] is None else [arr(a) for a in v[1]]] if v[0] == "ok" else list(v))
+             for k, v in o.calls.items()}
+    return {"calls": calls, "grads": {k: arr(v) for k, v in o.grads.items()},
+            "hooks": {str(k): list(v) for k, v in o.hooks.items()}, "partial": o.partial}
+
+
+def outcome_from_json(d: dict) -> Outcome:
+    """The inverse of :func:`outcome_to_json`."""
+    arr = (lambda a: None if a is None else np.array(a, dtype=np.float64))
+    calls = {int(k): (("ok", None if v[1] is None else [arr(a) for a in v[1]]) if v[0] == "ok" else tuple(v))
+             for k, v in d["calls"].items()}
+    return Outcome(calls=calls, grads={k: arr(v) for k, v in d["grads"].items()},
+                   hooks={int(k): list(v) for k, v in d["hooks"].items()}, partial=d["partial"])
+
+
 # --- the forward --------------------------------------------------------------------------
 
 def _apply(be: Any, step: dict, env: dict, plain: bool) -> Any:
@@ -67,6 +85,8 @@ def _apply(be: Any, step: dict, env: dict, plain: bool) -> Any:
         return be.mul(*a) if plain else be.RMul.apply(*a)
     if op == "fault":
         return be.Fault.apply(a[0], step["kind"])
+    if op == "vwrite":
+        return _vwrite(be, step["variant"], *a)
     if op == "checkpoint":
         leaves = {k: v for k, v in env.items() if k.startswith("p")}
 
@@ -83,6 +103,34 @@ def _apply(be: Any, step: dict, env: dict, plain: bool) -> Any:
         # non-reentrant one records the body's own graph only, as the plain run does.
         return be.Tie.apply(body(*a), *a) if step["use_reentrant"] else body(*a)
     raise AssertionError(f"unknown op {op!r}")
+
+
+def _vwrite(be: Any, variant: str, x: Any, y: Any) -> Any:
+    """An in-place write through a view (generator.VWRITE), on a clone of ``x``: what torch
+    records as CopySlices, and the view cases issue 16 fixed."""
+    out = be.clone(x)
+    if variant == "slice_mul":  # a recorded in-place op on a basic-slice view: the base rebases
+        out[1:].mul_(y[1:])
+    elif variant == "buffer_fill":  # fill a preallocated buffer outside the graph, slice by slice
+        out = be.zeros_like(x)
+        out[0] = y[0] * 2.0
+        out[1:] = x[1:]
+    elif variant == "alias_write":  # through a view of a detach() alias: the alias joins the graph
+        out = out.detach()
+        out[1].add_(y[1])
+    elif variant == "nograd_view":  # a view made under no_grad: requires grad, gradient goes nowhere
+        with be.no_grad():
+            v = out[1:]
+        out = be.cat([out[:1], v * y[1:]], 0)
+    elif variant == "stale_view":  # a view taken before an in-place op on its base
+        v = out[:2]
+        out.mul_(y)
+        out = be.cat([v, out[2:]], 0)
+    elif variant == "tview_add":  # a view of a view (transpose, then a row) written in place
+        be.transpose(out, 0, 1)[0].add_(y[0])
+    else:
+        raise AssertionError(f"unknown vwrite variant {variant!r}")
+    return out
 
 
 def build(program: dict, be: Any, plain: bool) -> dict:

@@ -1,0 +1,220 @@
+"""Views and the history of what they share: view replay, CopySlices, the ``mark_dirty`` rebase.
+
+Who owns what (the version counter, a view's base, the base's graph generation) is in
+Note [Versions and views] in engine/versions.py; this module builds and rebuilds the
+history those facts call for.
+
+Note [Stale views]
+~~~~~~~~~~~~~~~~~~
+A view's grad_fn describes its values as "these elements of its base's history". A
+recorded in-place op on the base (on it or through another view) gives the base a new
+history, and a view made before then still points at the old one: it is *stale*
+(``versions.is_stale``). torch regenerates a stale view's grad_fn whenever it is read;
+here ``grad_fn`` is a plain slot (the hot paths read it), so every place that reads a
+view's autograd state refreshes it first through :func:`refresh` (bound as
+``engine._state.refresh_view``): ops using it (``check_tensor``, ``binary_operands``), its
+``requires_grad`` and ``is_leaf``, ``register_hook``, ``retain_grad()``, ``backward()`` from
+it and its gradient edge in ``backward``/``grad`` (engine/tensor.py), and a custom
+Function's apply. Reading ``t.grad_fn`` itself does not: read ``t.requires_grad`` first.
+
+As in torch, the regenerated history is AsStridedBackward0 over the base's current graph,
+read at the view's positions (:func:`view_index`): "its elements of the base as the base is
+now". A retain_grad() moves to it, while a hook registered on the view before stays on its
+old grad_fn and no longer fires (torch's test_tensor_hooks_inplace_over_view). A recorded
+in-place op on a view regenerates that view too, right after rebasing its base: its gradient
+is the gradient of its own new value (torch's test_retain_grad_inplace_over_view). Where the
+history cannot be taken anew (the base's array has gaps) the op raises: never a wrong
+gradient. While grad mode is off nothing is recorded, so nothing is refreshed then.
+
+A view made under no_grad has no grad_fn (Note [No-grad views] in engine/versions.py).
+Where torch refuses to go on once its base changes in place under grad mode, threadgrad
+takes its history anew from the base like any stale view: the documented rebase of a view
+made under no_grad (docs/ops.md).
+
+Note [In-place ops on views]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+``v = y[1:]; v.mul_(3)`` changes ``y`` too, so ``y``'s history must change: as in PyTorch's
+CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". Here that is
+recorded with ops that already exist: the view's positions in its base are read from the
+two arrays' memory layout (:func:`view_index`), and the base takes the history of
+``index_put(old base flattened, positions, result)`` (:func:`rebase`), so gradients reach the
+old base outside the view and the op's inputs inside it, and double backward works. The
+view itself then takes its history anew from the rebased base (Note [Stale views]). A view
+made under no_grad of a base in the graph first takes its history from the base, so the
+change reaches the base's graph. A view of a ``detach()`` alias has the alias as its base:
+the alias joins the graph, the tensor it was detached from does not (torch's rule). A view
+of a leaf that requires grad raises, as in torch; a base whose array has gaps (not C- or
+Fortran-contiguous, which every op output is) makes the op raise. A custom Function's
+``mark_dirty`` on a view rebases its base the same way (:func:`dirty_base`,
+:func:`rebase_dirty`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from ..engine import _state
+from ..engine.graph import Node, set_retains_grad
+from ..engine.tensor import Tensor, _wrap
+from ..engine.versions import is_stale
+from . import index, shape
+from ._core import tls
+
+
+def _address(a: Any) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
+
+
+def view_offset(view: Tensor, base: Tensor) -> int | None:
+    """``view``'s first element's offset in ``base``'s memory, in elements; None when the
+    layout cannot be read (the base's array has gaps, or the view is not aligned on its
+    elements). Cheap: no array is built."""
+    r, v = base.data, view.data
+    if not (r.flags.c_contiguous or r.flags.f_contiguous):
+        return None
+    size = r.itemsize
+    offset = _address(v) - _address(r)
+    if offset % size or any(st % size for st in v.strides) or not 0 <= offset < max(r.nbytes, 1):
+        return None
+    return offset // size
+
+
+def view_index(view: Tensor, base: Tensor) -> Any:
+    """For each element of ``view``, its position in ``base`` flattened in C order (an int64
+    host array of the view's shape), read from the two arrays' memory layout; None where
+    :func:`view_offset` is."""
+    start = view_offset(view, base)
+    if start is None:
+        return None
+    r, v = base.data, view.data
+    size = r.itemsize
+    # Each element's C-order position, laid out in memory as the base's elements are: the
+    # view's offset and strides then pick its elements' positions.
+    logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
+    in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
+    return numpy.lib.stride_tricks.as_strided(in_memory[start:], v.shape,
+                                              tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
+
+
+def regenerate(t: Tensor) -> bool:
+    """Give the view ``t`` the history "its elements of its base as the base is now": the base's
+    current graph read at the view's positions (torch's view replay). False when the base's
+    layout cannot be read. A retain_grad() moves to the new grad_fn; hooks stay behind
+    (Note [Stale views])."""
+    base = t._base
+    gen = base._ext.generation if base._ext is not None else 0
+    if base.grad_fn is None:
+        return True  # the base has no graph (never a leaf that requires grad: those refuse recorded in-place ops)
+    idx = view_index(t, base)
+    if idx is None:
+        return False
+    prev = tls.grad_enabled
+    tls.grad_enabled = True  # the history is recorded whatever the mode it is asked for in
+    try:
+        proxy = _wrap(base.data, base.device)  # stands for the base in the graph (shares no counter)
+        proxy.grad_fn, proxy._output_nr, proxy._rg = base.grad_fn, base._output_nr, base._rg
+        regen = index.take_view(shape.reshape(proxy, (-1,)), idx)
+    finally:
+        tls.grad_enabled = prev
+    old_fn, old_nr = t.grad_fn, t._output_nr
+    t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
+    if t._ext is not None:
+        t._ext.no_grad_view = False
+    move_retain(t, old_fn, old_nr)
+    if t.grad_fn is not None:
+        t.grad_fn._view_gen = gen
+    return True
+
+
+def move_retain(t: Tensor, old_fn: Node | None, old_nr: int) -> None:
+    """``t`` has a new grad_fn: its retain_grad() hook (kept on ``old_fn``'s slot ``old_nr``)
+    moves along, as torch's update_tensor_hooks_on_new_gradfn; its tensor hooks stay behind."""
+    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
+        retain = set_retains_grad(old_fn._hooks, old_nr, None)
+        if retain is not None:
+            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
+
+
+def check_fresh(t: Tensor, name: str) -> None:
+    """Bring a stale view up to date before an op records it (Note [Stale views]); nothing to do
+    while no graph is recorded."""
+    if tls.grad_enabled:
+        refresh(t, name)
+
+
+def refresh(t: Tensor, name: str) -> None:
+    """:func:`check_fresh` in any grad mode: for what reads a view's autograd state (its
+    ``requires_grad``, ``is_leaf``, hooks, ``retain_grad()``, a backward from it), as torch's
+    grad_fn getter regenerates a stale view's (Note [Stale views])."""
+    if is_stale(t) and not regenerate(t):
+        raise RuntimeError(
+            f"{name}: this tensor is a view of a tensor that an in-place op changed afterwards while "
+            "recording gradients, so its graph is out of date, and it cannot be taken anew (its base's "
+            "array has gaps). Take the view again after the in-place op (or use the out-of-place op)."
+        )
+
+
+_state.refresh_view = refresh  # the engine core refreshes stale views through this (it imports no ops)
+
+
+class CopySlices(shape.ViewBackward0):
+    """A base's node after an in-place op on one of its views (PyTorch's name)."""
+
+    __slots__ = ()
+
+
+def rebase(base: Tensor, old_base: Tensor, positions: Any, result: Tensor) -> None:
+    """``base`` takes the history index_put(``old_base``, a view's ``positions``, ``result``):
+    recorded with the differentiable ops, so the base's gradient reaches the old base outside
+    the view's elements and ``result``'s inputs inside them (Note [In-place ops on views])."""
+    flat = index.put(shape.reshape(old_base, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)),
+                     copy_slices=True)
+    take_history(base, shape._reshape(flat, base.shape, CopySlices))
+
+
+def take_history(t: Tensor, result: Tensor) -> None:
+    """``t`` takes ``result``'s grad_fn; a retain_grad() moves with it, as in torch."""
+    old_fn, old_nr = t.grad_fn, t._output_nr
+    t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
+    move_retain(t, old_fn, old_nr)
+
+
+# --- custom Functions' mark_dirty (engine/function.py) -----------------------------------
+
+def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
+    """For an input a custom Function marked dirty that is a view, ``(base, positions)`` to
+    rebase the base with; None for one that is not. Raises where torch refuses, or where the
+    change cannot be recorded (Note [In-place ops on views])."""
+    base = o._base
+    if base is None:
+        if o.grad_fn is None and o._rg:
+            raise RuntimeError(
+                f"{fn_name}: a leaf Variable that requires grad has been used in an in-place operation.")
+        return None
+    if base.grad_fn is None and base._rg:
+        raise RuntimeError(
+            f"{fn_name}: a view of a leaf Variable that requires grad is being used in an in-place operation. "
+            "Pass a clone() of the view instead, or call the Function under engine.no_grad()."
+        )
+    idx = None if o.grad_fn is None and base.grad_fn is not None else view_index(o, base)
+    if idx is None and differentiable:
+        raise RuntimeError(
+            f"{fn_name}: the input marked dirty is a view of another tensor whose change cannot be recorded for "
+            "autograd (the view was taken under no_grad of a tensor in the graph, or its base's array has "
+            "gaps): the base's graph would miss the change. Pass a clone() of the view instead."
+        )
+    return base, idx
+
+
+def rebase_dirty(node: Node, view: Tensor, base: Tensor, idx: Any) -> None:
+    """The base of a dirty view becomes index_put(old base, the view's positions, the Function's
+    output), as an in-place op on a view does (Note [In-place ops on views])."""
+    def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
+        s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
+        s.grad_fn, s._output_nr, s._rg = fn, nr, rg
+        return s
+
+    old = standin(base, base.grad_fn, base._output_nr, base._rg)
+    new = standin(view, node, view._output_nr, True)
+    rebase(base, old, idx, new)
