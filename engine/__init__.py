@@ -26,6 +26,7 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node, RemovableHandle
 from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks
 from .tensor import Tensor
+from . import serialization as _serialization  # noqa: F401 - binds Tensor's pickle and deepcopy protocol
 
 float16 = _np.float16
 float32 = _np.float32

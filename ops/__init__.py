@@ -19,11 +19,14 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
-from .nn import conv2d, cross_entropy, dropout, linear, mse_loss
-from .reduce import logsumexp, max, mean, min, sum
+from .nn import conv2d, cross_entropy, dropout, linear, mse_loss, one_hot
+from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
+from .stats import norm, std, var
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
+from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
 
-__all__ = sorted(REGISTRY) + ["REGISTRY", "register"]
+# Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
+__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "REGISTRY", "register"]

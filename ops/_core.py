@@ -148,6 +148,16 @@ def normalize_dim(dim: int, ndim: int, name: str) -> int:
     return int(dim) % n
 
 
+def dim_alias(dim: Any, axis: Any, name: str) -> Any:
+    """``dim``, or numpy's ``axis=`` spelling of it, which torch accepts as an alias wherever
+    a parameter is named ``dim`` (and ``keepdims=`` for ``keepdim=``)."""
+    if axis is None:
+        return dim
+    if dim is not None:
+        raise TypeError(f"{name}() got multiple values for argument 'dim' (axis= is its alias; pass one)")
+    return axis
+
+
 def normalize_dims(dim: Any, ndim: int, name: str) -> tuple[int, ...]:
     """``None`` or an empty sequence -> every dim (torch's rule for reductions); an int or a
     sequence -> sorted, non-negative dims, each at most once (RuntimeError otherwise, as torch)."""

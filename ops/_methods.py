@@ -9,7 +9,7 @@ from typing import Any
 
 from ..engine.tensor import Tensor, _wrap
 
-from . import activation, device, elementwise, index, linalg, reduce, shape
+from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
 
 
 def _rev(fn: Any) -> Any:
@@ -64,7 +64,58 @@ _METHODS: dict[str, Any] = {
     "split": shape.split, "gather": index.gather,
     "to": lambda self, device=None, dtype=None: device_to(self, device, dtype),
     "clone": device.clone,
+    # torch's everyday spellings
+    "float": lambda self: device.to(self, None, "float32"),
+    "double": lambda self: device.to(self, None, "float64"),
+    "half": lambda self: device.to(self, None, "float16"),
+    "long": lambda self: device.to(self, None, "int64"),
+    "int": lambda self: device.to(self, None, "int32"),
+    "bool": lambda self: device.to(self, None, "bool"),
+    "cuda": lambda self, device=None: device_to(self, _cuda_spec(device), None),
+    "t": lambda self: _t(self),
+    "flatten": lambda self, start_dim=0, end_dim=-1: flatten(self, start_dim, end_dim),
+    "argmax": reduce.argmax, "argmin": reduce.argmin,
+    "var": stats.var, "std": stats.std, "norm": stats.norm,
+    "where": lambda self, condition, other: elementwise.where(condition, self, other),
+    "expand_as": lambda self, other: shape.expand(self, other.shape),
+    "reshape_as": lambda self, other: shape.reshape(self, other.shape),
+    "view_as": lambda self, other: shape.reshape(self, other.shape),
 }
+
+
+def _cuda_spec(device: Any) -> str:
+    if device is None:
+        return "cuda"
+    return f"cuda:{device}" if isinstance(device, int) else device
+
+
+def _t(x: Tensor) -> Tensor:
+    """torch's ``t()``: the transpose of a matrix; vectors and scalars come back unchanged."""
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return shape.transpose(x, 0, 1) if x.ndim == 2 else shape.reshape(x, x.shape)
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """``x`` with dims ``start_dim..end_dim`` merged into one (a 0-d tensor becomes 1-d), as
+    ``torch.flatten``.
+
+    >>> from threadgrad import engine
+    >>> engine.ones(2, 3, 4).flatten(1).shape
+    (2, 12)
+    """
+    from ._core import normalize_dim
+
+    if x.ndim == 0:
+        return shape.reshape(x, (1,))
+    s = normalize_dim(start_dim, x.ndim, "flatten")
+    e = normalize_dim(end_dim, x.ndim, "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    n = 1
+    for d in x.shape[s:e + 1]:
+        n *= d
+    return shape.reshape(x, x.shape[:s] + (n,) + x.shape[e + 1:])
 
 
 def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (BOOL as _BOOL, OUTPUT, Node, check_tensor, const, normalize_dim, record, record_unary, register,
+from ._core import (BOOL as _BOOL, OUTPUT, Node, check_tensor, const, dim_alias, normalize_dim, record, record_unary, register,
                     tls, unary_result)
 from .elementwise import add, erf, exp, mul, sub, tanh, where
 
@@ -224,8 +224,12 @@ class SoftmaxBackward0(Node):
 
 
 @register
-def softmax(x: Tensor, dim: int) -> Tensor:
+def softmax(x: Tensor, dim: Any = None, *, axis: Any = None) -> Tensor:
     """``exp(x) / sum(exp(x), dim)``, shifted by the max for stability."""
+    if axis is not None:
+        dim = dim_alias(dim, axis, "softmax")
+    if dim is None:
+        raise TypeError("softmax() missing 1 required argument: 'dim'")
     data = _float_data(x, "softmax")
     d = normalize_dim(dim, x.ndim, "softmax")
     xp = x.device.xp
@@ -257,8 +261,12 @@ class LogSoftmaxBackward0(Node):
 
 
 @register
-def log_softmax(x: Tensor, dim: int) -> Tensor:
+def log_softmax(x: Tensor, dim: Any = None, *, axis: Any = None) -> Tensor:
     """``x - logsumexp(x, dim)``: finite even where ``softmax`` underflows to 0."""
+    if axis is not None:
+        dim = dim_alias(dim, axis, "log_softmax")
+    if dim is None:
+        raise TypeError("log_softmax() missing 1 required argument: 'dim'")
     data = _float_data(x, "log_softmax")
     d = normalize_dim(dim, x.ndim, "log_softmax")
     xp = x.device.xp

@@ -24,7 +24,8 @@ class ToCopyBackward0(Node):
 @register
 def to(t: Tensor, device: Any = None, dtype: Any = None) -> Tensor:
     """``t`` on ``device`` and/or as ``dtype``; returns ``t`` itself when nothing changes.
-    The gradient flows back to ``t``'s device and dtype."""
+    The gradient flows back to ``t``'s device and dtype; a conversion to an integer or bool
+    dtype gives a tensor that does not require grad, as in torch."""
     check_tensor(t, "to")
     dev = t.device if device is None else to_device(device)
     dt = t.dtype if dtype is None else to_dtype(dtype)
@@ -34,9 +35,7 @@ def to(t: Tensor, device: Any = None, dtype: Any = None) -> Tensor:
     if dt != data.dtype:
         data = data.astype(dt)
     out = _wrap(data, dev)
-    if tls.grad_enabled and t._rg:
-        if dt.kind not in "fc":
-            raise RuntimeError(f"to: cannot convert a tensor that requires grad to non-floating dtype {dt}; detach() it first")
+    if tls.grad_enabled and t._rg and dt.kind in "fc":  # an integer or bool result is outside the graph, as in torch
         node = ToCopyBackward0()
         node.src_device, node.src_dtype = t.device, t.dtype
         record_unary(node, t, out)

@@ -6,6 +6,7 @@ which are adjoint ops of their own. See Note [Op definitions] in _core.py.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ..engine.tensor import Tensor, _wrap
@@ -260,11 +261,53 @@ def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_i
     return _reduce(loss, reduction, "cross_entropy")
 
 
+def warn_broadcast(input: Tensor, target: Any, stacklevel: int) -> None:
+    """torch's UserWarning when a loss's target has another shape than its input (they
+    broadcast, which is rarely what was meant: (4, 1) against (4,) gives a (4, 4) loss)."""
+    if isinstance(target, Tensor) and target.shape != input.shape:
+        warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                      f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+                      "Please ensure they have the same size.", UserWarning, stacklevel=stacklevel + 1)
+
+
 @register
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002 - torch's name
-    """``mean((input - target) ** 2)`` (or ``sum`` / ``none``), broadcasting like torch."""
+    """``mean((input - target) ** 2)`` (or ``sum`` / ``none``), broadcasting like torch (and,
+    like torch, warning when the two shapes differ)."""
     check_tensor(input, "mse_loss")
     if isinstance(target, Tensor) and target.device is not input.device:
         raise device_error("mse_loss", input, target)
+    warn_broadcast(input, target, 2)
+    return squared_error(input, target, reduction)
+
+
+def squared_error(input: Tensor, target: Any, reduction: str) -> Tensor:  # noqa: A002 - torch's name
+    """mse_loss after its checks and warning (``tg.nn.functional.mse_loss`` warns at its own caller)."""
     d = sub(input, target)
     return _reduce(mul(d, d), reduction, "mse_loss")
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """``(*, num_classes)`` int64 tensor with a 1 at each index of the int64 ``tensor`` and 0
+    elsewhere, as ``torch.nn.functional.one_hot`` (``num_classes=-1``: one more than the
+    largest index). Not differentiable (an integer tensor).
+
+    >>> from threadgrad import engine, ops
+    >>> ops.one_hot(engine.tensor([0, 2]), 3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    check_tensor(tensor, "one_hot", "tensor")
+    if tensor.dtype != "int64":
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    xp = tensor.device.xp
+    data = tensor.data
+    if num_classes == -1:
+        if data.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(data.max()) + 1
+    if data.size and int(data.min()) < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if data.size and int(data.max()) >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    out = (data[..., None] == xp.arange(num_classes)).astype("int64")
+    return _wrap(out, tensor.device)

@@ -9,7 +9,7 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import Node, broadcast_array, check_tensor, const, normalize_dim, normalize_dims, record, record_unary, register, tls
+from ._core import Node, broadcast_array, check_tensor, const, dim_alias, normalize_dim, normalize_dims, record, record_unary, register, tls
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
@@ -46,9 +46,12 @@ class SumBackward1(SumBackward0):  # sum with a dim, torch's name
 
 
 @register
-def sum(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001 - torch's name
-    """Sum over ``dim`` (an int, a tuple, or None for all dims)."""
+def sum(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,  # noqa: A001 - torch's name
+        keepdims: Any = None) -> Tensor:
+    """Sum over ``dim`` (an int, a tuple, or None for all dims; ``axis``/``keepdims`` are aliases)."""
     check_tensor(x, "sum")
+    if axis is not None or keepdims is not None:
+        dim, keepdim = dim_alias(dim, axis, "sum"), keepdim if keepdims is None else keepdims
     dims = normalize_dims(dim, x.ndim, "sum")
     data = x.data.sum(axis=dims, keepdims=keepdim)
     out = _wrap(x.device.xp.asarray(data, dtype=x.dtype) if x.dtype.kind in "fc" else x.device.xp.asarray(data), x.device)
@@ -76,9 +79,11 @@ class MeanBackward1(MeanBackward0):  # mean with a dim, torch's name
 
 
 @register
-def mean(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+def mean(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None) -> Tensor:
     """Mean over ``dim``; floating point tensors only, like torch (empty slices give nan)."""
     check_tensor(x, "mean")
+    if axis is not None or keepdims is not None:
+        dim, keepdim = dim_alias(dim, axis, "mean"), keepdim if keepdims is None else keepdims
     if x.dtype.kind not in "fc":
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, but got {x.dtype}")
     dims = normalize_dims(dim, x.ndim, "mean")
@@ -173,7 +178,8 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
 
 
 @register
-def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001 - torch's name
+def max(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,  # noqa: A001
+        keepdims: Any = None) -> Any:
     """The largest element (a 0-d tensor; ties share the gradient), or with ``dim`` a
     ``(values, indices)`` pair whose gradient goes to the returned index.
 
@@ -184,6 +190,8 @@ def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
 
     With a tensor in place of ``dim``, it is :func:`ops.maximum` of the two, as torch.max(a, b).
     """
+    if axis is not None or keepdims is not None:
+        dim, keepdim = dim_alias(dim, axis, "max"), keepdim if keepdims is None else keepdims
     if isinstance(dim, Tensor):
         from .elementwise import maximum
 
@@ -192,8 +200,11 @@ def max(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001
 
 
 @register
-def min(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A001 - torch's name
+def min(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,  # noqa: A001
+        keepdims: Any = None) -> Any:
     """The smallest element, or with ``dim`` a ``(values, indices)`` pair; see :func:`max`."""
+    if axis is not None or keepdims is not None:
+        dim, keepdim = dim_alias(dim, axis, "min"), keepdim if keepdims is None else keepdims
     if isinstance(dim, Tensor):  # torch.min(a, b)
         from .elementwise import minimum
 
@@ -216,7 +227,7 @@ class LogsumexpBackward0(Node):
 
 
 @register
-def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+def logsumexp(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None) -> Tensor:
     """``log(sum(exp(x), dim))`` without overflow: the max is taken out first.
 
     >>> from threadgrad import engine, ops
@@ -224,6 +235,10 @@ def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     1000.693
     """
     check_tensor(x, "logsumexp")
+    if axis is not None or keepdims is not None:
+        dim, keepdim = dim_alias(dim, axis, "logsumexp"), keepdim if keepdims is None else keepdims
+    if dim is None:
+        raise TypeError("logsumexp() missing 1 required positional argument: 'dim'")
     if x.dtype.kind not in "fc":
         x = _wrap(x.data.astype("float32"), x.device)  # torch promotes integers (which never require grad)
     dims = normalize_dims(dim, x.ndim, "logsumexp")
@@ -243,3 +258,44 @@ def logsumexp(x: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
         node.dims, node.keepdim = dims, keepdim
         record(node, (x,), out, (x, out))
     return out
+
+
+def _arg_extreme(x: Tensor, dim: Any, keepdim: bool, axis: Any, keepdims: Any, name: str) -> Tensor:
+    check_tensor(x, name)
+    if axis is not None:
+        dim = dim_alias(dim, axis, name)
+    if keepdims is not None:
+        keepdim = keepdims
+    xp = x.device.xp
+    fn = getattr(xp, name)
+    if dim is None:
+        if x.data.size == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        idx = xp.asarray(fn(x.data.reshape(-1)))
+        if keepdim:
+            idx = idx.reshape((1,) * x.ndim)
+    else:
+        d = normalize_dim(dim, x.ndim, name)
+        if x.ndim == 0:
+            idx = xp.zeros((), dtype="int64")
+        else:
+            if x.shape[d] == 0:
+                raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+            idx = fn(x.data, axis=d, keepdims=keepdim)
+    return _wrap(xp.asarray(idx).astype("int64", copy=False), x.device)
+
+
+def argmax(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None) -> Tensor:
+    """Index (int64) of the largest element: of the flattened tensor without ``dim``, else along
+    ``dim``; the first one among ties, as torch on cpu. Not differentiable (an index).
+
+    >>> from threadgrad import engine, ops
+    >>> ops.argmax(engine.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1).tolist()
+    [1, 0]
+    """
+    return _arg_extreme(x, dim, keepdim, axis, keepdims, "argmax")
+
+
+def argmin(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: Any = None) -> Tensor:
+    """Index (int64) of the smallest element; see :func:`argmax`."""
+    return _arg_extreme(x, dim, keepdim, axis, keepdims, "argmin")

@@ -14,7 +14,7 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ..engine.versions import make_view, mark_view_node
-from ._core import (Node, broadcast_array, cast, check_tensor, device_error, normalize_dim,
+from ._core import (Node, broadcast_array, cast, check_tensor, device_error, dim_alias, normalize_dim,
                     normalize_dims, record, record_unary, register,
                     result_dtype, sum_to_array, tls)
 
@@ -173,10 +173,12 @@ def _expand_record(x: Tensor, data: Any, shape: tuple) -> Tensor:
 
 
 @register
-def squeeze(x: Tensor, dim: Any = None) -> Tensor:
+def squeeze(x: Tensor, dim: Any = None, *, axis: Any = None) -> Tensor:
     """Drop size-1 dims: all of them, or only those of ``dim`` (an int or a tuple of ints, as
     in torch 2); a dim that is not of size 1 is kept."""
     check_tensor(x, "squeeze")
+    if axis is not None:
+        dim = dim_alias(dim, axis, "squeeze")
     if dim is None:
         drop, node_cls = range(x.ndim), SqueezeBackward0
     elif isinstance(dim, (tuple, list)):
@@ -188,9 +190,13 @@ def squeeze(x: Tensor, dim: Any = None) -> Tensor:
 
 
 @register
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
+def unsqueeze(x: Tensor, dim: Any = None, *, axis: Any = None) -> Tensor:
     """Insert a size-1 dim at ``dim`` (negative counts from the end of the result)."""
     check_tensor(x, "unsqueeze")
+    if axis is not None or dim is None:
+        dim = dim_alias(dim, axis, "unsqueeze")
+        if dim is None:
+            raise TypeError("unsqueeze() missing 1 required argument: 'dim'")
     d = normalize_dim(dim, x.ndim + 1, "unsqueeze")
     return _reshape(x, x.shape[:d] + (1,) + x.shape[d:], UnsqueezeBackward0)
 
@@ -237,9 +243,11 @@ class CatBackward0(Node):
 
 
 @register
-def cat(tensors: Any, dim: int = 0) -> Tensor:
+def cat(tensors: Any, dim: int = 0, *, axis: Any = None) -> Tensor:
     """Join tensors along an existing dim (all other dims must match; dtypes promote)."""
     ts = _check_seq(tensors, "cat")
+    if axis is not None:
+        dim = dim_alias(None if dim == 0 else dim, axis, "cat")
     if any(t.ndim == 0 for t in ts):
         raise RuntimeError("cat: zero-dimensional tensor cannot be concatenated; use stack or unsqueeze first")
     d = normalize_dim(dim, ts[0].ndim, "cat")
@@ -271,9 +279,11 @@ class StackBackward0(Node):
 
 
 @register
-def stack(tensors: Any, dim: int = 0) -> Tensor:
+def stack(tensors: Any, dim: int = 0, *, axis: Any = None) -> Tensor:
     """Join same-shaped tensors along a new dim ``dim``."""
     ts = _check_seq(tensors, "stack")
+    if axis is not None:
+        dim = dim_alias(None if dim == 0 else dim, axis, "stack")
     d = normalize_dim(dim, ts[0].ndim + 1, "stack")
     for t in ts[1:]:
         if t.shape != ts[0].shape:

@@ -109,14 +109,8 @@ def test_import_threadgrad_from_the_checkout_loads_no_bare_part(tmp_path):
     assert out.stdout.strip() == "ok"
 
 
-README_SNIPPET = """
-from threadgrad import engine, ops
-x = engine.randn(64, 784)
-w = engine.randn(784, 10, requires_grad=True)
-loss = ops.tanh(x @ w).sum()
-loss.backward()
-assert w.grad.shape == (784, 10)
-"""
+# The README's first example, as a user of the installed wheel runs it.
+README_SNIPPET = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
 
 
 def _setuptools_can_build() -> bool:
@@ -124,18 +118,18 @@ def _setuptools_can_build() -> bool:
         import setuptools
     except ImportError:
         return False
-    return int(setuptools.__version__.split(".")[0]) >= 61
+    return int(setuptools.__version__.split(".")[0]) >= 77  # the SPDX license string
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not _setuptools_can_build(), reason="needs setuptools >= 61 in this environment to build offline")
+@pytest.mark.skipif(not _setuptools_can_build(), reason="needs setuptools >= 77 in this environment to build offline")
 def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
     """The built wheel has one top-level package; installed beside another distribution's
     ``ops`` (a stand-in here: PyPI's ``ops`` is Canonical's charm library), threadgrad still
     runs, ``import engine`` fails and ``import ops`` gives the other one."""
     src = tmp_path / "src"  # a copy: an in-tree build would leave (and reuse) build/ in the checkout
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy(ROOT / name, src / name)
     for part in ("threadgrad",) + PARTS:
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -148,8 +142,14 @@ def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
         top = {name.split("/")[0] for name in zf.namelist()}
         assert {n for n in top if not n.endswith(".dist-info")} == {"threadgrad"}, top
         assert {"threadgrad/engine/executor.py", "threadgrad/ops/elementwise.py",
-                "threadgrad/devices/__init__.py", "threadgrad/profiler/_chrome.py",
-                "threadgrad/viz.py", "threadgrad/distributed/ddp.py"} <= set(zf.namelist())
+                "threadgrad/devices/__init__.py", "threadgrad/profiler/_chrome.py", "threadgrad/viz.py",
+                "threadgrad/py.typed", "threadgrad/optim/adam.py", "threadgrad/nn/functional.py",
+                "threadgrad/utils/checkpoint.py", "threadgrad/autograd/graph.py",
+                "threadgrad/distributed/ddp.py"} <= set(zf.namelist())
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = zf.read(meta).decode()
+        assert "License-Expression: MIT" in metadata and "Requires-Python: >=3.10" in metadata
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in zf.namelist())
         site = tmp_path / "site"
         zf.extractall(site)
     other = tmp_path / "other"
@@ -165,4 +165,4 @@ def test_the_wheel_holds_only_threadgrad_and_survives_another_ops(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert out.stdout.split() == ["(10,", "784)", "ok"]  # the README's print, then ours

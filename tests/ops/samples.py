@@ -224,6 +224,22 @@ SAMPLES: dict[str, Callable[[], list]] = {
                desc="all dims keepdim"),
         Sample(t(3), args=(0,), ref=lambda a: _np_logsumexp(a, 0), desc="1-d"),
     ],
+    "var": lambda: [
+        Sample(t(2, 3), ref=lambda a: a.var(ddof=1), desc="all"),
+        Sample(t(2, 3), kwargs={"dim": 1, "keepdim": True}, ref=lambda a: a.var(1, ddof=1, keepdims=True),
+               desc="dim keepdim"),
+        Sample(t(2, 3, 2), kwargs={"dim": (0, 2), "correction": 0}, ref=lambda a: a.var((0, 2)), desc="dims, correction 0"),
+    ],
+    "std": lambda: [
+        Sample(t(2, 3), ref=lambda a: a.std(ddof=1), desc="all"),
+        Sample(t(2, 3), kwargs={"dim": 0, "unbiased": False}, ref=lambda a: a.std(0), desc="dim 0 biased"),
+    ],
+    "norm": lambda: [
+        Sample(t(2, 3), ref=lambda a: np.sqrt((a * a).sum()), desc="fro"),
+        Sample(t(2, 3), args=(1,), kwargs={"dim": 1}, ref=lambda a: np.abs(a).sum(1), desc="p=1 dim 1"),
+        Sample(distinct(2, 3), args=(float("inf"),), kwargs={"dim": 1}, ref=lambda a: np.abs(a).max(1), desc="p=inf"),
+        Sample(t(2, 3), args=(3,), ref=lambda a: (np.abs(a) ** 3).sum() ** (1 / 3), desc="p=3"),
+    ],
     # linalg
     "matmul": lambda: [
         Sample(t(2, 3), t(3, 2), ref=np.matmul),

@@ -7,6 +7,7 @@ import pkgutil
 
 import pytest
 
+import threadgrad
 from threadgrad import devices, engine, ops
 
 # devices.cuda's examples need the fake cupy of tests/devices (test_streams.py runs them).
@@ -17,12 +18,16 @@ MODULES = ["threadgrad"] + sorted(
     name for part in (devices, engine, ops)
     for name in [part.__name__] + [m.name for m in pkgutil.walk_packages(part.__path__, part.__name__ + ".")]
     if name not in SKIP
+) + sorted(  # the front door's own modules (threadgrad.optim, threadgrad.nn.functional, ...)
+    m.name for m in pkgutil.walk_packages(threadgrad.__path__, "threadgrad.")
+    if m.name.split(".")[1] not in ("devices", "engine", "ops")
 )
 
 
 def test_every_part_is_walked() -> None:
     assert {"threadgrad.engine", "threadgrad.ops", "threadgrad.devices", "threadgrad.engine.executor",
-            "threadgrad.ops.elementwise"} <= set(MODULES)
+            "threadgrad.ops.elementwise", "threadgrad.optim.adam", "threadgrad.nn.functional",
+            "threadgrad.utils.checkpoint", "threadgrad.autograd.graph", "threadgrad.serialization"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -81,8 +81,9 @@ class DistributedDataParallel:
     its ``.grad`` untouched. Inside ``with ddp.no_sync():`` backward accumulates locally; the
     next synchronized backward all-reduces the accumulated ``.grad``.
 
+    >>> # under mpiexec: .grad of w and b is the average over the ranks after each backward
     >>> ddp = DistributedDataParallel([w, b])          # doctest: +SKIP
-    >>> loss_fn(w, b, shard).backward()                # .grad: the average over the ranks
+    >>> loss_fn(w, b, shard).backward()                # doctest: +SKIP
     """
 
     def __init__(self, params: Iterable[engine.Tensor], bucket_cap_mb: float | None = 25,
