@@ -33,7 +33,7 @@ from typing import Any, ContextManager
 
 import numpy
 
-from . import Device
+from . import Device, _fused
 
 _cupy: Any = None
 _import_error: BaseException | None = None
@@ -117,6 +117,7 @@ class CudaDevice(Device):
         super().__init__("cuda", index, xp)
         self.cuda_api = cuda_api
         self.has_streams = True
+        self.kernels = _fused.for_array_module(xp)  # fused kernels when xp is cupy
         # cupy >= 10 keeps one current stream per device and takes the device id; older
         # releases take no argument and answer for the current device. Decided once here.
         try:
