@@ -152,8 +152,51 @@ def main(argv: list[str] | None = None) -> int:
     t_gpu = cp.cuda.get_elapsed_time(e0, e1) * 1e-3
     print(f"## backward(): host returned after {t_host * 1e3:.2f} ms; CUDA events on the stream around it: "
           f"{t_gpu * 1e3:.2f} ms")
+    mlp_profile(args.top)
     engine.get_engine().shutdown()
     return 0
+
+
+def mlp_profile(top: int) -> None:
+    """The MLP step of benchmarks/gpu.py: host time against GPU time, and where the host time goes."""
+    import cupy as cp
+    from cupyx.profiler import benchmark
+
+    import gpu
+
+    rng = numpy.random.default_rng(1)
+    xa = rng.standard_normal((512, 256)).astype(numpy.float32)
+    ya = rng.integers(0, 10, size=512)
+    ours = gpu.Ours("cuda")
+    params = [ours.tensor(p, requires_grad=True) for p in gpu.mlp_params(1024, 4, 256, 10)]
+    x, y = ours.tensor(xa), ours.tensor(ya)
+    opt = ours.optimizer(params, 0.01)
+    res = benchmark(lambda: ours.mlp_step(params, x, y, opt), n_repeat=30, n_warmup=5)
+    cpu_ms, gpu_ms = numpy.median(res.cpu_times) * 1e3, numpy.median(res.gpu_times[0]) * 1e3
+    print(f"\n## MLP step (batch 512, width 1024): cupyx.profiler.benchmark medians: host {cpu_ms:.2f} ms, "
+          f"GPU (events) {gpu_ms:.2f} ms")
+    try:
+        import torch
+
+        tb = gpu.Torch(torch, "cuda")
+        tparams = [tb.tensor(p, requires_grad=True) for p in gpu.mlp_params(1024, 4, 256, 10)]
+        tx, ty, topt = tb.tensor(xa), tb.tensor(ya), tb.optimizer(tparams, 0.01)
+        res = benchmark(lambda: tb.mlp_step(tparams, tx, ty, topt), n_repeat=30, n_warmup=5)
+        print(f"   torch: host {numpy.median(res.cpu_times) * 1e3:.2f} ms, "
+              f"GPU (events) {numpy.median(res.gpu_times[0]) * 1e3:.2f} ms")
+    except ImportError:
+        pass
+    cp.cuda.Device().synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(10):
+        ours.mlp_step(params, x, y, opt)
+    cp.cuda.Device().synchronize()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    print(f"## cProfile of 10 MLP steps: top {top} by own time, then by cumulative time")
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
 
 
 if __name__ == "__main__":

@@ -165,6 +165,16 @@ class CudaDevice(Device):
         current on this thread for the block, then restores both."""
         return _StreamGuard(self.cuda_api.Device(self.index), stream)
 
+    def keep_current(self, stream: Any) -> None:
+        """Make this GPU and ``stream`` current on this thread again if they no longer are (a
+        device worker runs a node on its own current stream without a stream context, then
+        calls this: Note [Worker stream] in engine/executor.py)."""
+        api = self.cuda_api
+        if api.runtime.getDevice() != self.index:
+            api.Device(self.index).use()
+        if self.current_stream() is not stream:
+            stream.use()
+
     def record_event(self, stream: Any) -> Any:
         """Record a new event on ``stream`` (a stream of this GPU) and return it."""
         api = self.cuda_api

@@ -115,8 +115,9 @@ class MulBackward0(_Binary):
         if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
             ad, bd = self.saved_arrays()
             dev = g.device
-            return (grad_of(gd * bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(gd * ad, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+            k = dev.kernels  # See Note [Fused kernels] in devices/_fused.py
+            return (grad_of(k.mul(gd, bd), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                    grad_of(k.mul(gd, ad), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
         a, b = self.saved_tensors()
         return (fit(mul(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(mul(g, a), self.b_shape, self.b_dtype) if eb[0] is not None else None)
@@ -142,7 +143,8 @@ class DivBackward0(_Binary):
             ad, bd = self.saved_arrays()
             dev = g.device
             return (grad_of(gd / bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(-(gd * ad / (bd * bd)), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+                    grad_of(dev.kernels.div_grad_b(gd, ad, bd), self.b_shape, self.b_dtype, dev)
+                    if eb[0] is not None else None)
         a, b = self.saved_tensors()
         return (fit(div(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(neg(div(mul(g, a), mul(b, b))), self.b_shape, self.b_dtype) if eb[0] is not None else None)

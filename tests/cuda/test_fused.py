@@ -51,6 +51,13 @@ def test_elementwise_kernel_equals_plain(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_mul_and_div_kernels_equal_plain(dtype):
+    g, a, b = rand(12, (99, 7), dtype), rand(13, (99, 7), dtype), rand(14, (7,), dtype, 0.5, 2)
+    close(K.mul(g, b), _fused.PLAIN.mul(g, b), dtype)
+    close(K.div_grad_b(g, a, b), _fused.PLAIN.div_grad_b(g, a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_broadcast_operand(dtype):
     g = rand(3, (64, 16), dtype)
     y = rand(4, (16,), dtype, -1, 1)
@@ -75,6 +82,8 @@ def test_mixed_dtypes_fall_back_to_plain():
 
 NODES = {
     "tanh": lambda x: ops.tanh(x),
+    "mul": lambda x: x * (x + 1.0),
+    "div": lambda x: (x + 5.0) / (x * x + 1.0),
     "sigmoid": lambda x: ops.sigmoid(x),
     "relu": lambda x: ops.relu(x),
     "gelu": lambda x: ops.gelu(x),

@@ -67,6 +67,8 @@ def _sim(name):
 
     return {
         "threadgrad_tanh_backward": lambda g, y: g - g * y * y,
+        "threadgrad_mul": lambda a, b: a * b,
+        "threadgrad_div_backward_b": lambda g, a, b: -(g * a / (b * b)),
         "threadgrad_sigmoid_backward": lambda g, y: g * (1 - y) * y,
         "threadgrad_threshold_backward": lambda g, y: g * (y > 0),
         "threadgrad_log_softmax_backward": lambda g, y, s: g - np.exp(y) * s,
@@ -93,8 +95,8 @@ class _Kernel:
     def __call__(self, *args, **kw):
         self.launches.append(self.name)
         out = self.fn(*args, **kw)
-        return None if out is None else np.asarray(out).astype(args[0].dtype if self.name.endswith("backward")
-                                                               else out.dtype, copy=False)
+        return None if out is None else np.asarray(out).astype(args[0].dtype if "backward" in self.name or
+                                                               self.name == "threadgrad_mul" else out.dtype, copy=False)
 
 
 def _kernel_xp():
@@ -141,6 +143,8 @@ def _grads(dev, fn, *arrays):
 
 CASES = {
     "tanh": (lambda x: ops.tanh(x).sum(), ["threadgrad_tanh_backward"]),
+    "mul": (lambda x: (x * (x + 1.0)).sum(), ["threadgrad_mul", "threadgrad_mul"]),
+    "div": (lambda x: ((x + 5.0) / (x * x + 1.0)).sum(), ["threadgrad_div_backward_b"]),
     "sigmoid": (lambda x: ops.sigmoid(x).sum(), ["threadgrad_sigmoid_backward"]),
     "relu": (lambda x: (ops.relu(x) * x).sum(), ["threadgrad_threshold_backward"]),
     "gelu": (lambda x: ops.gelu(x).sum(), ["threadgrad_gelu_backward"]),
