@@ -30,6 +30,7 @@ import time
 
 import numpy
 
+import _common  # noqa: F401 - imports threadgrad from this tree; must come first
 from threadgrad import devices, engine, ops
 
 

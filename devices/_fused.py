@@ -181,6 +181,10 @@ class Fused(_Table):
         self._relu = ek("T g, T y", "T z", "z = g * (T)(y > (T)0)", "threadgrad_threshold_backward")
         self._mul = ek("T a, T b", "T z", "z = a * b", "threadgrad_mul")
         self._div_b = ek("T g, T a, T b", "T z", "z = -(g * a / (b * b))", "threadgrad_div_backward_b")
+        self._nll = ek("raw T lsm, S t, int64 c", "T z", "z = -lsm[i * c + t]", "threadgrad_nll")
+        self._ce_grad = ek("T lsm, raw S t, raw T g, float64 scale, int64 c", "T z",
+                           "z = (exp(lsm) - (T)((i % c) == t[i / c])) * (g[0] * (T)scale)",
+                           "threadgrad_cross_entropy_backward")
         self._lsm = ek("T g, T y, T s", "T z", "z = g - exp(y) * s", "threadgrad_log_softmax_backward")
         self._targets = rk("T t, int64 ignore, int64 n", "int32 code",
                            "t == ignore ? 1 : ((t < 0 || t >= n) ? 2 : 0)", "a | b", "code = a", "0",
@@ -268,6 +272,18 @@ class Fused(_Table):
         if t.dtype.kind not in "iu" or t.size == 0:
             return _class_index_check(t, ignore_index, n_classes)
         return int(self._targets(t, ignore_index, n_classes))
+
+    def nll(self, lsm: Any, t: Any, mean: bool) -> Any:
+        """cross_entropy's loss from log-probabilities ``lsm`` (N, C) and valid targets ``t``
+        (N,): ``-lsm[i, t_i]`` summed, or averaged when ``mean`` (float32/64 only)."""
+        picked = self._nll(lsm, t, lsm.shape[1])
+        return picked.mean() if mean else picked.sum()
+
+    def cross_entropy_grad(self, g: Any, lsm: Any, t: Any, mean: bool) -> Any:
+        """The gradient of :meth:`nll` through log_softmax: ``(exp(lsm) - onehot(t)) * g``,
+        divided by N when ``mean``; ``g`` is the loss's (0-d) gradient."""
+        n, c = lsm.shape
+        return self._ce_grad(lsm, t, g.reshape(1), 1.0 / n if mean else 1.0, c)
 
     def softmax_grad(self, g: Any, y: Any, dim: Optional[int]) -> Any:
         """softmax's backward ``y * (g - sum(g*y, dim))`` from the output ``y`` (float32/64 only)."""

@@ -106,7 +106,7 @@ def test_node_fused_first_order_equals_ops_form(name, dtype):
     (ops_form,) = engine.grad((NODES[name](x) * w).sum(), x, create_graph=True)
     close(fused, ops_form.data, dtype, loose=10)
     # ... and both equal the cpu's gradient.
-    xc = engine.tensor(x.numpy(), requires_grad=True)
+    xc = engine.tensor(x.detach().numpy(), requires_grad=True)
     (NODES[name](xc) * engine.tensor(w.numpy())).sum().backward()
     close(fused, cupy.asarray(xc.grad.numpy()), dtype, loose=10)
 
@@ -177,3 +177,26 @@ def test_fused_adam_equals_plain(kw, dtype):
         _fused.plain_adam(p2, grads, *st2, step, lr=0.01, **kw)
     for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
         close(a, b, dtype, loose=50)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_fused_cross_entropy_equals_cpu_first_and_second_order(reduction, dtype):
+    rng = np.random.default_rng(13)
+    logits, target, w = rng.standard_normal((128, 10)).astype(dtype), rng.integers(0, 10, 128), rng.standard_normal((128, 10))
+    x = engine.tensor(logits, device=CUDA, requires_grad=True)
+    xc = engine.tensor(logits, requires_grad=True)
+    loss = ops.cross_entropy(x, engine.tensor(target, device=CUDA), reduction=reduction)
+    want = ops.cross_entropy(xc, engine.tensor(target), reduction=reduction)
+    if reduction != "none":
+        assert loss.grad_fn.name() == "CrossEntropyBackward0"
+    close(loss.data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
+    loss.sum().backward()
+    want.sum().backward()
+    close(x.grad.data, cupy.asarray(xc.grad.numpy()), dtype, loose=10)
+    (g,) = engine.grad(ops.cross_entropy(x, engine.tensor(target, device=CUDA), reduction=reduction).sum(), x,
+                       create_graph=True)
+    (gc,) = engine.grad(ops.cross_entropy(xc, engine.tensor(target), reduction=reduction).sum(), xc, create_graph=True)
+    (h,) = engine.grad((g * engine.tensor(w.astype(dtype), device=CUDA)).sum(), x)
+    (hc,) = engine.grad((gc * engine.tensor(w.astype(dtype))).sum(), xc)
+    close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)

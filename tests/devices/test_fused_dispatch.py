@@ -68,6 +68,9 @@ def _sim(name):
     return {
         "threadgrad_tanh_backward": lambda g, y: g - g * y * y,
         "threadgrad_mul": lambda a, b: a * b,
+        "threadgrad_nll": lambda lsm, t, c: -lsm.reshape(-1)[np.arange(len(t)) * c + t],
+        "threadgrad_cross_entropy_backward": lambda lsm, t, g, scale, c: (
+            (np.exp(lsm) - (np.arange(lsm.size).reshape(lsm.shape) % c == t[:, None])) * (g[0] * scale)),
         "threadgrad_div_backward_b": lambda g, a, b: -(g * a / (b * b)),
         "threadgrad_sigmoid_backward": lambda g, y: g * (1 - y) * y,
         "threadgrad_threshold_backward": lambda g, y: g * (y > 0),
@@ -179,6 +182,31 @@ def test_double_backward_on_cuda_records_ops_not_kernels(kcuda):
     g.sum().backward()
     t = np.tanh(x0)
     np.testing.assert_allclose(x.grad.numpy(), -2 * t * (1 - t * t), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_is_one_fused_node_on_cuda(kcuda, reduction):
+    rng = np.random.default_rng(3)
+    logits, target = rng.standard_normal((6, 4)), rng.integers(0, 4, 6)
+    x = engine.tensor(logits, device=kcuda, requires_grad=True)
+    kcuda.xp.launches.clear()
+    loss = ops.cross_entropy(x, engine.tensor(target, device=kcuda), reduction=reduction)
+    assert loss.grad_fn.name() == "CrossEntropyBackward0"
+    loss.backward()
+    assert kcuda.xp.launches.count("threadgrad_nll") == kcuda.xp.launches.count("threadgrad_cross_entropy_backward") == 1
+    xc = engine.tensor(logits, requires_grad=True)
+    want = ops.cross_entropy(xc, engine.tensor(target), reduction=reduction)
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), xc.grad.numpy(), rtol=1e-12, atol=1e-15)
+    # double backward: the node records its formula with ops under create_graph
+    (g,) = engine.grad(ops.cross_entropy(x, engine.tensor(target, device=kcuda), reduction=reduction), x,
+                       create_graph=True)
+    (gc,) = engine.grad(ops.cross_entropy(xc, engine.tensor(target), reduction=reduction), xc, create_graph=True)
+    w = rng.standard_normal((6, 4))
+    (h,) = engine.grad((g * engine.tensor(w, device=kcuda)).sum(), x)
+    (hc,) = engine.grad((gc * engine.tensor(w)).sum(), xc)
+    np.testing.assert_allclose(h.numpy(), hc.numpy(), rtol=1e-10, atol=1e-13)
 
 
 def test_cross_entropy_checks_targets_with_one_kernel(kcuda):
