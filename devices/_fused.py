@@ -23,8 +23,8 @@ double backward is unchanged on every device. Where a node has no first-order fo
 (gelu, softplus, softmax), the node tests ``kernels.fused`` and keeps the ops path on cpu.
 
 Each fused wrapper falls back to the plain expression for what its kernel does not cover
-(operands of different dtypes, non-float dtypes), so it can be called with anything the plain
-formula accepts. tests/cuda/test_fused.py checks every kernel against the plain formula on a
+(operands of different dtypes, dtypes other than float32/float64: float16 and complex keep
+the plain cupy ufuncs), so it can be called with anything the plain formula accepts. tests/cuda/test_fused.py checks every kernel against the plain formula on a
 real GPU; tests/devices/test_fused_dispatch.py checks, on the numpy stand-in, that a cuda
 device picks the fused table and cpu the plain one.
 """
@@ -236,34 +236,34 @@ class Fused(_Table):
                                 "threadgrad_adam_amsgrad")
 
     def tanh_grad(self, g: Any, y: Any) -> Any:  # type: ignore[override]
-        if g.dtype == y.dtype and g.dtype.kind == "f":
+        if g.dtype == y.dtype and g.dtype.char in "fd":
             return self._tanh(g, y)
         return _tanh_grad(g, y)
 
     def sigmoid_grad(self, g: Any, y: Any) -> Any:  # type: ignore[override]
-        if g.dtype == y.dtype and g.dtype.kind == "f":
+        if g.dtype == y.dtype and g.dtype.char in "fd":
             return self._sigmoid(g, y)
         return _sigmoid_grad(g, y)
 
     def mul(self, a: Any, b: Any) -> Any:  # type: ignore[override]
         # One ElementwiseKernel launch costs less host time than one cupy ufunc call (measured
         # on an H100: 12.6 against 14.0 us), so even a single product goes through a kernel.
-        if a.dtype == b.dtype and a.dtype.kind == "f":
+        if a.dtype == b.dtype and a.dtype.char in "fd":
             return self._mul(a, b)
         return a * b
 
     def div_grad_b(self, g: Any, a: Any, b: Any) -> Any:  # type: ignore[override]
-        if g.dtype == a.dtype == b.dtype and g.dtype.kind == "f":
+        if g.dtype == a.dtype == b.dtype and g.dtype.char in "fd":
             return self._div_b(g, a, b)
         return _div_grad_b(g, a, b)
 
     def relu_grad(self, g: Any, y: Any) -> Any:  # type: ignore[override]
-        if g.dtype == y.dtype and g.dtype.kind == "f":
+        if g.dtype == y.dtype and g.dtype.char in "fd":
             return self._relu(g, y)
         return _relu_grad(g, y)
 
     def log_softmax_grad(self, g: Any, y: Any, dim: Optional[int], xp: Any) -> Any:  # type: ignore[override]
-        if g.dtype == y.dtype and g.dtype.kind == "f":
+        if g.dtype == y.dtype and g.dtype.char in "fd":
             return self._lsm(g, y, g.sum(axis=dim, keepdims=True))
         return _log_softmax_grad(g, y, dim, xp)
 
@@ -302,6 +302,12 @@ class Fused(_Table):
             nesterov: bool = False, maximize: bool = False) -> None:
         """:func:`plain_sgd`, one kernel per parameter."""
         for i, (p, g) in enumerate(zip(params, grads)):
+            if p.dtype != g.dtype or p.dtype.char not in "fd":  # the kernels take float32/64
+                bufs = momentum_buffers[i:i + 1]
+                plain_sgd([p], [g], bufs, lr=lr, momentum=momentum, dampening=dampening,
+                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+                momentum_buffers[i] = bufs[0]
+                continue
             if momentum == 0:
                 self._sgd(g, lr, weight_decay, maximize, p)
                 continue
@@ -318,6 +324,11 @@ class Fused(_Table):
         """:func:`plain_adam`, one kernel per parameter."""
         for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
             step = steps if isinstance(steps, int) else steps[i]
+            if p.dtype != g.dtype or p.dtype.char not in "fd":  # the kernels take float32/64
+                plain_adam([p], [g], [m], [v], None if max_exp_avg_sqs is None else [max_exp_avg_sqs[i]], step,
+                           lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                           maximize=maximize, decoupled_weight_decay=decoupled_weight_decay)
+                continue
             bc1, bc2_sqrt = 1 - beta1 ** step, math.sqrt(1 - beta2 ** step)
             args = (g, lr, beta1, beta2, eps, weight_decay, bc1, bc2_sqrt, maximize, decoupled_weight_decay, p, m, v)
             if amsgrad:

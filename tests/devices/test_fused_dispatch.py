@@ -299,3 +299,22 @@ def test_plain_adam_matches_torch_optim_adam(cls, kw):
                           decoupled_weight_decay=cls == "AdamW", **kw)
     for p, t in zip(params, tp):
         np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-13, atol=1e-15)
+
+
+def test_fused_updates_leave_float16_to_the_plain_form():
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1 = [np.ones(3, np.float16)]
+    p2 = [np.ones(3, np.float16)]
+    g = [np.full(3, 0.5, np.float16)]
+    b1, b2 = [None], [None]
+    table.sgd(p1, g, b1, lr=0.1, momentum=0.9)
+    _fused.plain_sgd(p2, g, b2, lr=0.1, momentum=0.9)
+    st1 = [[np.zeros(3, np.float16)] for _ in range(3)]
+    st2 = [[np.zeros(3, np.float16)] for _ in range(3)]
+    table.adam(p1, g, *st1, 1, lr=0.01, amsgrad=True)
+    _fused.plain_adam(p2, g, *st2, 1, lr=0.01, amsgrad=True)
+    assert xp.launches == []
+    assert b1[0] is not None and p1[0].dtype == np.float16
+    np.testing.assert_array_equal(p1[0], p2[0])
+    np.testing.assert_array_equal(b1[0], b2[0])
