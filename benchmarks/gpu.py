@@ -14,7 +14,8 @@ Workloads:
 
 * **mlp step**: one SGD training step of an MLP (``depth`` Linear layers of ``width``
   units, relu between them, cross-entropy on ``classes`` outputs) on a random batch:
-  forward, backward, parameter update. Timed from the first op to the device being idle
+  forward, backward, parameter update (threadgrad: the device's multi-tensor ``sgd`` of
+  devices/_fused.py; torch: ``torch.optim.SGD``, multi-tensor on cuda). Timed from the first op to the device being idle
   again (``synchronize``), so queued GPU work is counted.
 * **chain**: the engine-overhead chain of benchmarks/engine_overhead.py on the GPU: ``N``
   ops alternating ``tanh(x)`` and ``x * c`` on a (16,) float64 array, then ``sum``. The
@@ -56,17 +57,27 @@ class Ours:
     def tensor(self, a: numpy.ndarray, requires_grad: bool = False) -> Any:
         return engine.tensor(a, device=self.device, requires_grad=requires_grad)
 
-    def mlp_step(self, params: list, x: Any, y: Any, lr: float) -> None:
+    def optimizer(self, params: list, lr: float) -> Callable[[], None]:
+        """SGD through the device's multi-tensor update (one fused kernel per tensor on a GPU;
+        devices/_fused.py), then ``grad = None`` as torch's ``zero_grad()``."""
+        sgd = self.device.kernels.sgd
+        bufs: list = [None] * len(params)
+
+        def step() -> None:
+            sgd([p.data for p in params], [p.grad.data for p in params], bufs, lr=lr)
+            for p in params:
+                p.grad = None
+
+        return step
+
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[], None]) -> None:
         h = x
         for i in range(0, len(params), 2):
             h = ops.linear(h, params[i], params[i + 1])
             if i + 2 < len(params):
                 h = ops.relu(h)
         ops.cross_entropy(h, y).backward()
-        with engine.no_grad():
-            for p in params:
-                p.sub_(p.grad * lr)
-                p.grad = None
+        step()
 
     def chain(self, x0: numpy.ndarray, c0: numpy.ndarray, n: int) -> Callable[[], tuple]:
         c = self.tensor(c0)
@@ -104,7 +115,17 @@ class Torch:
     def tensor(self, a: numpy.ndarray, requires_grad: bool = False) -> Any:
         return self.torch.tensor(a, device=self.device, requires_grad=requires_grad)
 
-    def mlp_step(self, params: list, x: Any, y: Any, lr: float) -> None:
+    def optimizer(self, params: list, lr: float) -> Callable[[], None]:
+        """torch.optim.SGD with its defaults (multi-tensor ``foreach`` kernels on cuda)."""
+        opt = self.torch.optim.SGD(params, lr=lr)
+
+        def step() -> None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[], None]) -> None:
         F = self.torch.nn.functional
         h = x
         for i in range(0, len(params), 2):
@@ -112,10 +133,7 @@ class Torch:
             if i + 2 < len(params):
                 h = self.torch.relu(h)
         F.cross_entropy(h, y).backward()
-        with self.torch.no_grad():
-            for p in params:
-                p.sub_(p.grad * lr)
-                p.grad = None
+        step()
 
     def chain(self, x0: numpy.ndarray, c0: numpy.ndarray, n: int) -> Callable[[], tuple]:
         torch = self.torch
@@ -158,16 +176,16 @@ def measure_mlp(backends: list, args: argparse.Namespace) -> dict[str, float]:
     state = {}
     for b in backends:
         params = [b.tensor(p, requires_grad=True) for p in mlp_params(args.width, args.depth, args.features, args.classes)]
-        state[b.name] = (params, b.tensor(xa), b.tensor(ya))
+        state[b.name] = (params, b.tensor(xa), b.tensor(ya), b.optimizer(params, 0.01))
     samples: dict[str, list[float]] = {b.name: [] for b in backends}
     for r in range(args.repeats + 1):
         for b in backends:
-            params, x, y = state[b.name]
+            params, x, y, opt = state[b.name]
             b.sync()
             with gc_paused():
                 t0 = time.perf_counter()
                 for _ in range(args.steps):
-                    b.mlp_step(params, x, y, 0.01)
+                    b.mlp_step(params, x, y, opt)
                 b.sync()
                 dt = (time.perf_counter() - t0) / args.steps
             if r:

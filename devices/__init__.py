@@ -19,6 +19,8 @@ from typing import Any, Union
 
 import numpy
 
+from . import _fused
+
 __all__ = ["Device", "get", "cpu", "available", "cuda_available", "DeviceSpec"]
 
 
@@ -27,10 +29,12 @@ class Device:
 
     Attributes: ``type`` (``"cpu"``, ``"virtual"`` or ``"cuda"``), ``index`` (None for cpu),
     ``xp`` (the array module: numpy or cupy). ``needs_worker`` is True for every device
-    whose backward nodes run on a dedicated engine worker thread (all but cpu).
+    whose backward nodes run on a dedicated engine worker thread (all but cpu). ``kernels`` is
+    the device's formula table (devices/_fused.py): plain array expressions on numpy devices,
+    fused kernels on a GPU.
     """
 
-    __slots__ = ("type", "index", "xp", "needs_worker", "has_streams", "_str", "__weakref__")
+    __slots__ = ("type", "index", "xp", "needs_worker", "has_streams", "kernels", "_str", "__weakref__")
 
     def __init__(self, type: str, index: int | None, xp: Any) -> None:
         self.type = type
@@ -38,6 +42,7 @@ class Device:
         self.xp = xp
         self.needs_worker = type != "cpu"
         self.has_streams = False  # True for devices with streams and events (cuda)
+        self.kernels = _fused.PLAIN
         self._str = type if index is None else f"{type}:{index}"
 
     def fork_safe(self) -> bool:

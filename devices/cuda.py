@@ -33,7 +33,7 @@ from typing import Any, ContextManager
 
 import numpy
 
-from . import Device
+from . import Device, _fused
 
 _cupy: Any = None
 _import_error: BaseException | None = None
@@ -117,6 +117,7 @@ class CudaDevice(Device):
         super().__init__("cuda", index, xp)
         self.cuda_api = cuda_api
         self.has_streams = True
+        self.kernels = _fused.for_array_module(xp)  # fused kernels when xp is cupy
         # cupy >= 10 keeps one current stream per device and takes the device id; older
         # releases take no argument and answer for the current device. Decided once here.
         try:
@@ -163,6 +164,16 @@ class CudaDevice(Device):
         """``with device.stream_context(s):`` makes this GPU and ``s`` (one of its streams)
         current on this thread for the block, then restores both."""
         return _StreamGuard(self.cuda_api.Device(self.index), stream)
+
+    def keep_current(self, stream: Any) -> None:
+        """Make this GPU and ``stream`` current on this thread again if they no longer are (a
+        device worker runs a node on its own current stream without a stream context, then
+        calls this: Note [Worker stream] in engine/executor.py)."""
+        api = self.cuda_api
+        if api.runtime.getDevice() != self.index:
+            api.Device(self.index).use()
+        if self.current_stream() is not stream:
+            stream.use()
 
     def record_event(self, stream: Any) -> Any:
         """Record a new event on ``stream`` (a stream of this GPU) and return it."""

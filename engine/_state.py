@@ -103,6 +103,9 @@ class _ThreadState(threading.local):
     own_queue: object = None
     # True on engine-owned threads (device workers and pool threads).
     is_worker: bool = False
+    # On a GPU's device worker: (device, the stream current there between nodes), so a node recorded
+    # on it runs without entering a stream context (Note [Worker stream] in executor.py).
+    worker_stream: object = None
     # Where this thread's random draws go instead of the global generator: a DrawRecorder or
     # DrawReplay, set and restored by engine/creation.py's record_draws / replay_draws around
     # a checkpointed function, on the thread that runs it. Never captured or installed by the

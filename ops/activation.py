@@ -28,7 +28,8 @@ class SigmoidBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.77 -> 1.62 us)
             (yd,) = self.saved_arrays()
-            return (_wrap(_sigmoid_grad(g.data, yd), g.device),)
+            dev = g.device
+            return (_wrap(dev.kernels.sigmoid_grad(g.data, yd), dev),)  # Note [Fused kernels] in devices/_fused.py
         (out,) = self.saved_tensors()
         return (sigmoid_backward(g, out),)
 
@@ -45,15 +46,10 @@ class SigmoidBackwardBackward0(Node):
                 mul(mul(gg, g), sub(1, mul(y, 2.0))) if ey[0] is not None else None)
 
 
-def _sigmoid_grad(gd: Any, yd: Any) -> Any:
-    # g * (1 - y) * y, as torch's sigmoid_backward: 1 - y is exact for y in [0.5, 1], where
-    # y - y*y would cancel (relative error 1.7e-4 in float32 near y = 1, against 9e-8).
-    return gd * (1.0 - yd) * yd
-
-
 def sigmoid_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * y * (1 - y)`` fused into one node (like torch's ``sigmoid_backward``)."""
-    out = _wrap(_sigmoid_grad(g.data, y.data), g.device)
+    dev = g.device
+    out = _wrap(dev.kernels.sigmoid_grad(g.data, y.data), dev)
     if tls.grad_enabled and (g._rg or y._rg):
         record(SigmoidBackwardBackward0(), (g, y), out, (g, y))
     return out
@@ -79,7 +75,8 @@ class ReluBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.68 -> 1.72 us)
             (yd,) = self.saved_arrays()
-            return (_wrap(g.data * (yd > 0), g.device),)  # the bool mask multiplies as 0.0/1.0, as below
+            dev = g.device
+            return (_wrap(dev.kernels.relu_grad(g.data, yd), dev),)  # g * (y > 0), as below
         (out,) = self.saved_tensors()
         return (threshold_backward(g, out),)
 
@@ -107,7 +104,8 @@ def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
     >>> g.tolist(), g.grad_fn.name()
     ([1.0, 0.0], 'ThresholdBackwardBackward0')
     """
-    out = _wrap(g.data * (y.data > 0), g.device)  # the bool mask multiplies as 0.0/1.0, as the first-order form
+    dev = g.device
+    out = _wrap(dev.kernels.relu_grad(g.data, y.data), dev)  # g * (y > 0), as the first-order form
     if tls.grad_enabled and (g._rg or y._rg):
         record(ThresholdBackwardBackward0(), (g, y), out, (y,))
     return out
@@ -136,6 +134,7 @@ def relu(x: Tensor) -> Tensor:
     return unary_result(x, x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), ReluBackward0, OUTPUT)
 
 
+_FLOATS = ("float32", "float64")  # the dtypes the fused gelu/softplus/softmax kernels take
 _SQRT1_2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 _TANH_K = math.sqrt(2 / math.pi)
@@ -146,6 +145,11 @@ class GeluBackward0(Node):
     __slots__ = ("approximate",)
 
     def backward(self, g: Tensor) -> tuple:
+        dev = g.device
+        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
+            (xd,) = self.saved_arrays()
+            if g.data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.gelu_grad(g.data, xd, self.approximate), dev),)
         (x,) = self.saved_tensors()
         if self.approximate == "tanh":
             x2 = mul(x, x)
@@ -186,6 +190,11 @@ class SoftplusBackward0(Node):
     __slots__ = ("beta", "threshold")
 
     def backward(self, g: Tensor) -> tuple:
+        dev = g.device
+        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
+            (xd,) = self.saved_arrays()
+            if g.data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.softplus_grad(g.data, xd, self.beta, self.threshold), dev),)
         (x,) = self.saved_tensors()
         bx = mul(x, self.beta)
         linear = const(bx.data > self.threshold, x)
@@ -219,6 +228,11 @@ class SoftmaxBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         from .reduce import sum as _sum
 
+        dev = g.device
+        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
+            (yd,) = self.saved_arrays()
+            if g.data.dtype == yd.dtype and yd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.softmax_grad(g.data, yd, self.dim), dev),)
         (out,) = self.saved_tensors()
         return (mul(out, sub(g, _sum(mul(g, out), self.dim, keepdim=True))),)
 
@@ -252,8 +266,8 @@ class LogSoftmaxBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 7.97 -> 3.25 us)
             (yd,) = self.saved_arrays()
-            gd = g.data
-            return (_wrap(gd - g.device.xp.exp(yd) * gd.sum(axis=self.dim, keepdims=True), g.device),)
+            dev = g.device  # Note [Fused kernels] in devices/_fused.py
+            return (_wrap(dev.kernels.log_softmax_grad(g.data, yd, self.dim, dev.xp), dev),)
         from .reduce import sum as _sum
 
         (out,) = self.saved_tensors()

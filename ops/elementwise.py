@@ -115,8 +115,9 @@ class MulBackward0(_Binary):
         if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
             ad, bd = self.saved_arrays()
             dev = g.device
-            return (grad_of(gd * bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(gd * ad, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+            k = dev.kernels  # See Note [Fused kernels] in devices/_fused.py
+            return (grad_of(k.mul(gd, bd), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                    grad_of(k.mul(gd, ad), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
         a, b = self.saved_tensors()
         return (fit(mul(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(mul(g, a), self.b_shape, self.b_dtype) if eb[0] is not None else None)
@@ -142,7 +143,8 @@ class DivBackward0(_Binary):
             ad, bd = self.saved_arrays()
             dev = g.device
             return (grad_of(gd / bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(-(gd * ad / (bd * bd)), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+                    grad_of(dev.kernels.div_grad_b(gd, ad, bd), self.b_shape, self.b_dtype, dev)
+                    if eb[0] is not None else None)
         a, b = self.saved_tensors()
         return (fit(div(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(neg(div(mul(g, a), mul(b, b))), self.b_shape, self.b_dtype) if eb[0] is not None else None)
@@ -402,7 +404,8 @@ class TanhBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 3.07 -> 2.68 us)
             (yd,) = self.saved_arrays()
-            return (_wrap(_tanh_grad(g.data, yd), g.device),)
+            dev = g.device
+            return (_wrap(dev.kernels.tanh_grad(g.data, yd), dev),)  # See Note [Fused kernels] in devices/_fused.py
         (out,) = self.saved_tensors()
         return (tanh_backward(g, out),)
 
@@ -419,17 +422,12 @@ class TanhBackwardBackward0(Node):
                 mul(mul(gg, g), mul(y, -2.0)) if ey[0] is not None else None)
 
 
-def _tanh_grad(gd: Any, yd: Any) -> Any:
-    # g - g*y*y, not g * (1 - y*y): three array-by-array ufuncs, no Python-float operand to
-    # convert (measured 1.56 -> 1.20 us on 16 elements; ``out=`` forms are slower)
-    return gd - gd * yd * yd
-
-
 def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * (1 - y**2)`` in one expression: tanh's backward, fused like torch's
     ``tanh_backward`` (one node instead of three; measured -2 us per tanh node) and itself
     differentiable for double backward."""
-    out = _wrap(_tanh_grad(g.data, y.data), g.device)
+    dev = g.device
+    out = _wrap(dev.kernels.tanh_grad(g.data, y.data), dev)
     if tls.grad_enabled and (g._rg or y._rg):
         record(TanhBackwardBackward0(), (g, y), out, (g, y))
     return out

@@ -12,7 +12,7 @@ from typing import Any
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, check_tensor, const, device_error, record, record_unary, register, tls
-from .activation import log_softmax
+from .activation import _shifted, log_softmax, softmax
 from .elementwise import add, div, mul, neg, sub, where
 from .index import gather
 from .linalg import matmul
@@ -245,15 +245,20 @@ def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_i
         raise ValueError(f"cross_entropy: logits of shape {list(logits.shape)} need a target of shape "
                          f"{list(logits.shape[:cdim] + logits.shape[cdim + 1:])}, got {list(target.shape)}")
     xp = target.device.xp
-    valid = target.data != ignore_index
     n_classes = logits.shape[cdim]
-    if bool(xp.any(valid & ((target.data < 0) | (target.data >= n_classes)))):
+    # One read of the device for both checks (a fused reduction on a GPU): Note [Fused kernels]
+    code = target.device.kernels.class_index_check(target.data, ignore_index, n_classes)
+    if code & 2:
         raise IndexError(f"cross_entropy: target holds class indices outside [0, {n_classes - 1}]")
-    idx = _wrap(xp.where(valid, target.data, 0)[..., None] if cdim == 0 else
-                xp.expand_dims(xp.where(valid, target.data, 0), cdim), target.device)
+    if (code == 0 and logits.ndim == 2 and reduction in ("mean", "sum") and logits.device.kernels.fused
+            and logits.data.dtype.name in ("float32", "float64")):
+        return _cross_entropy_fused(logits, target.data, reduction)
+    valid = target.data != ignore_index if code & 1 else None
+    td = target.data if valid is None else xp.where(valid, target.data, 0)
+    idx = _wrap(td[..., None] if cdim == 0 else xp.expand_dims(td, cdim), target.device)
     picked = squeeze(gather(log_softmax(logits, cdim), cdim, idx), cdim)
     loss = neg(picked)
-    if bool(xp.all(valid)):
+    if valid is None:
         return _reduce(loss, reduction, "cross_entropy")
     loss = where(const(valid, target), loss, const(xp.zeros((), dtype=loss.dtype), loss))
     if reduction == "mean":
@@ -268,6 +273,41 @@ def warn_broadcast(input: Tensor, target: Any, stacklevel: int) -> None:
         warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
                       f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
                       "Please ensure they have the same size.", UserWarning, stacklevel=stacklevel + 1)
+
+class CrossEntropyBackward0(Node):
+    """cross_entropy of (N, C) logits on a device with fused kernels, as one node: the loss
+    ``-mean(log_softmax(x)[i, t_i])`` (or the sum) has the gradient ``(softmax(x) - onehot(t))
+    * g / N``, one kernel on a GPU (Note [Fused kernels] in devices/_fused.py). Under
+    ``create_graph`` the same formula is recorded with ops, so double backward works."""
+
+    __slots__ = ("lsm", "target", "mean")
+
+    def backward(self, g: Tensor) -> tuple:
+        dev = g.device
+        if not tls.grad_enabled:
+            self.saved_arrays()  # the version check of the saved logits
+            return (_wrap(dev.kernels.cross_entropy_grad(g.data, self.lsm, self.target, self.mean), dev),)
+        (x,) = self.saved_tensors()
+        xp = dev.xp
+        n, c = x.shape
+        onehot = xp.zeros((n, c), dtype=x.data.dtype)
+        onehot[xp.arange(n), self.target] = 1
+        scale = div(g, n) if self.mean else g
+        return (mul(sub(softmax(x, 1), const(onehot, x)), scale),)
+
+
+def _cross_entropy_fused(logits: Tensor, td: Any, reduction: str) -> Tensor:
+    # log_softmax as the op computes it, then the loss in one kernel and one reduction.
+    xp = logits.device.xp
+    s = _shifted(logits.data, 1, xp)
+    lsm = s - xp.log(xp.exp(s).sum(axis=1, keepdims=True))
+    mean = reduction == "mean"
+    out = _wrap(logits.device.kernels.nll(lsm, td, mean), logits.device)
+    if tls.grad_enabled and logits._rg:
+        node = CrossEntropyBackward0()
+        node.lsm, node.target, node.mean = lsm, td, mean
+        record_unary(node, logits, out, logits)
+    return out
 
 
 @register

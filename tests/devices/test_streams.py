@@ -306,6 +306,34 @@ def test_backward_runs_on_the_forward_stream_on_the_cuda_worker(cuda):
     assert x.grad.device is cuda.dev and x.grad.tolist() == [1.0, 1.0]
 
 
+def test_a_node_that_switches_the_workers_stream_does_not_move_the_next_node(cuda):
+    # Nodes on the worker's own stream run without a stream context (Note [Worker stream] in
+    # engine/executor.py); a backward that switches the thread's current stream or device must
+    # still leave the next node on its own stream, as leaving the context would.
+    Probe, seen = make_probe(cuda)
+    other = cuda.Stream(name="other")
+    with cuda.api.Device(1):
+        other1 = cuda.Stream(name="other1")
+
+    class Switch(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append((stream_name(cuda.api), threading.current_thread(), cuda.fake.current_device()))
+            other.use()
+            cuda.api.Device(1).use()
+            other1.use()
+            return g
+
+    x = engine.tensor([1.0, 2.0], device="cuda", requires_grad=True)
+    Probe.apply(Switch.apply(Probe.apply(x))).sum().backward()
+    assert [(s, d) for s, _, d in seen] == [("null", 0), ("null", 0), ("null", 0)]
+    assert x.grad.tolist() == [1.0, 1.0]
+
+
 @pytest.mark.timeout(60)
 def test_second_gpu_runs_on_its_own_worker_with_its_device_current(cuda):
     Probe, seen = make_probe(cuda)

@@ -1,0 +1,320 @@
+"""Which formula table a device picks (Note [Fused kernels] in devices/_fused.py), without a GPU.
+
+The numpy stand-in cannot run CUDA C, so the kernels themselves are checked on a real GPU
+(tests/cuda/test_fused.py). Here a cuda device is built over a stand-in array module that has
+cupy's ``ElementwiseKernel``/``ReductionKernel``: each kernel it makes records its launches and
+computes, in numpy, the expression its CUDA source states. That checks the dispatch (a cuda
+device picks the fused table, cpu and virtual the plain one, and each op's backward launches
+its kernel with the arguments in the kernel's order) and that the results equal cpu's.
+"""
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+from threadgrad import devices, engine, ops
+from threadgrad.devices import _fused
+from threadgrad.devices.cuda import CudaDevice
+from fake_cupy import FakeCupy
+
+pytestmark = pytest.mark.timeout(60)
+
+_erf = np.vectorize(math.erf, otypes=[float])
+
+
+def _sim(name):
+    """numpy for each kernel's CUDA source in devices/_fused.py (ins, then outs in place)."""
+    def sgd(g, lr, wd, maximize, p):
+        d = -g if maximize else g
+        if wd:
+            d = d + wd * p
+        p -= lr * d
+
+    def sgd_momentum(g, lr, wd, mom, damp, nesterov, maximize, first, p, buf):
+        d = -g if maximize else g
+        if wd:
+            d = d + wd * p
+        buf[...] = d if first else buf * mom + (1 - damp) * d
+        p -= lr * (d + mom * buf if nesterov else buf)
+
+    def adam(g, lr, b1, b2, eps, wd, bc1, bc2s, maximize, decoupled, p, m, v, vmax=None):
+        d = -g if maximize else g
+        if wd:
+            if decoupled:
+                p *= 1 - lr * wd
+            else:
+                d = d + wd * p
+        m += (1 - b1) * (d - m)
+        v[...] = v * b2 + (1 - b2) * d * d
+        if vmax is not None:
+            np.maximum(vmax, v, out=vmax)
+        p -= (lr / bc1) * (m / (np.sqrt(v if vmax is None else vmax) / bc2s + eps))
+
+    def gelu(g, x):
+        return g * (0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
+
+    def gelu_tanh(g, x):
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = np.tanh((x + c * x ** 3) * k)
+        return g * 0.5 * (1 + t + x * (1 - t * t) * (k + 3 * c * k * x * x))
+
+    def check(t, ignore, n):
+        return np.bitwise_or.reduce(np.where(t == ignore, 1, np.where((t < 0) | (t >= n), 2, 0)).ravel(),
+                                    initial=0)
+
+    return {
+        "threadgrad_tanh_backward": lambda g, y: g - g * y * y,
+        "threadgrad_mul": lambda a, b: a * b,
+        "threadgrad_nll": lambda lsm, t, c: -lsm.reshape(-1)[np.arange(len(t)) * c + t],
+        "threadgrad_cross_entropy_backward": lambda lsm, t, g, scale, c: (
+            (np.exp(lsm) - (np.arange(lsm.size).reshape(lsm.shape) % c == t[:, None])) * (g[0] * scale)),
+        "threadgrad_div_backward_b": lambda g, a, b: -(g * a / (b * b)),
+        "threadgrad_sigmoid_backward": lambda g, y: g * (1 - y) * y,
+        "threadgrad_threshold_backward": lambda g, y: g * (y > 0),
+        "threadgrad_log_softmax_backward": lambda g, y, s: g - np.exp(y) * s,
+        "threadgrad_softmax_dot": lambda g, y, axis=None, keepdims=False: (g * y).sum(axis=axis, keepdims=keepdims),
+        "threadgrad_softmax_backward": lambda g, y, s: y * (g - s),
+        "threadgrad_gelu_backward": gelu,
+        "threadgrad_gelu_tanh_backward": gelu_tanh,
+        "threadgrad_softplus_backward": lambda g, x, b, th: np.where(x * b > th, g, g / (1 + np.exp(-x * b))),
+        "threadgrad_class_index_check": check,
+        "threadgrad_sgd": sgd,
+        "threadgrad_sgd_momentum": sgd_momentum,
+        "threadgrad_adam": adam,
+        "threadgrad_adam_amsgrad": adam,
+    }[name]
+
+
+class _Kernel:
+    def __init__(self, launches, in_params, out_params, *rest):
+        self.name = rest[-1]
+        self.params = (in_params, out_params)
+        self.launches = launches
+        self.fn = _sim(self.name)
+
+    def __call__(self, *args, **kw):
+        self.launches.append(self.name)
+        out = self.fn(*args, **kw)
+        return None if out is None else np.asarray(out).astype(args[0].dtype if "backward" in self.name or
+                                                               self.name == "threadgrad_mul" else out.dtype, copy=False)
+
+
+def _kernel_xp():
+    """numpy plus cupy's two kernel factories, recording every launch in ``xp.launches``."""
+    launches: list = []
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+    xp.launches = launches
+    xp.ElementwiseKernel = lambda i, o, op, name, **kw: _Kernel(launches, i, o, op, name)
+    xp.ReductionKernel = lambda i, o, m, r, post, ident, name, **kw: _Kernel(launches, i, o, m, r, post, ident, name)
+    return xp
+
+
+@pytest.fixture
+def kcuda(monkeypatch):
+    """A stand-in GPU over the kernel-making array module, installed as ``kcuda``."""
+    xp = _kernel_xp()
+    dev = CudaDevice(0, xp, FakeCupy().cuda)
+    monkeypatch.setattr(devices, "streams_in_use", devices.streams_in_use)
+    devices.register("kcuda", dev)
+    try:
+        yield dev
+    finally:
+        engine.get_engine().shutdown()
+        devices.unregister("kcuda")
+
+
+def test_numpy_devices_pick_the_plain_formulas_and_a_cupy_like_module_the_fused():
+    assert devices.cpu.kernels is _fused.PLAIN and not _fused.PLAIN.fused
+    assert devices.get("virtual:1").kernels is _fused.PLAIN
+    assert CudaDevice(0, np, FakeCupy().cuda).kernels is _fused.PLAIN  # the numpy stand-in: no kernels
+    xp = _kernel_xp()
+    table = CudaDevice(0, xp, FakeCupy().cuda).kernels
+    assert isinstance(table, _fused.Fused) and table.fused
+    assert _fused.for_array_module(xp) is table  # one table per array module
+    # The plain table hands out the formulas themselves: no extra call on the cpu hot path.
+    assert _fused.PLAIN.tanh_grad is _fused._tanh_grad
+
+
+def _grads(dev, fn, *arrays):
+    ts = [engine.tensor(a, device=dev, requires_grad=True) for a in arrays]
+    fn(*ts).backward()
+    return [t.grad.numpy() for t in ts]
+
+
+CASES = {
+    "tanh": (lambda x: ops.tanh(x).sum(), ["threadgrad_tanh_backward"]),
+    "mul": (lambda x: (x * (x + 1.0)).sum(), ["threadgrad_mul", "threadgrad_mul"]),
+    "div": (lambda x: ((x + 5.0) / (x * x + 1.0)).sum(), ["threadgrad_div_backward_b"]),
+    "sigmoid": (lambda x: ops.sigmoid(x).sum(), ["threadgrad_sigmoid_backward"]),
+    "relu": (lambda x: (ops.relu(x) * x).sum(), ["threadgrad_threshold_backward"]),
+    "gelu": (lambda x: ops.gelu(x).sum(), ["threadgrad_gelu_backward"]),
+    "gelu_tanh": (lambda x: ops.gelu(x, approximate="tanh").sum(), ["threadgrad_gelu_tanh_backward"]),
+    "softplus": (lambda x: ops.softplus(x, beta=2.0, threshold=1.0).sum(), ["threadgrad_softplus_backward"]),
+    "softmax": (lambda x: (ops.softmax(x, 1) * x).sum(), ["threadgrad_softmax_dot", "threadgrad_softmax_backward"]),
+    "log_softmax": (lambda x: (ops.log_softmax(x, 1) * x).sum(), ["threadgrad_log_softmax_backward"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cuda_launches_the_fused_kernel_and_matches_cpu(kcuda, name, dtype):
+    fn, kernels = CASES[name]
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 5)).astype(dtype)
+    kcuda.xp.launches.clear()
+    got = _grads(kcuda, fn, x)
+    assert [k for k in kcuda.xp.launches if k in kernels] == kernels
+    want = _grads(devices.cpu, fn, x)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got[0], want[0], **tol)
+
+
+def test_double_backward_on_cuda_records_ops_not_kernels(kcuda):
+    # Under create_graph the nodes record ops (their own backward is written with ops), so the
+    # second derivative exists: d2/dx2 of sum(tanh(x)) = -2 tanh(x) (1 - tanh(x)^2).
+    x0 = np.array([-0.7, 0.1, 1.3])
+    x = engine.tensor(x0, device=kcuda, requires_grad=True)
+    (g,) = engine.grad(ops.tanh(x).sum(), x, create_graph=True)
+    assert g.grad_fn.name() == "TanhBackwardBackward0"
+    kcuda.xp.launches.clear()
+    g.sum().backward()
+    t = np.tanh(x0)
+    np.testing.assert_allclose(x.grad.numpy(), -2 * t * (1 - t * t), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_is_one_fused_node_on_cuda(kcuda, reduction):
+    rng = np.random.default_rng(3)
+    logits, target = rng.standard_normal((6, 4)), rng.integers(0, 4, 6)
+    x = engine.tensor(logits, device=kcuda, requires_grad=True)
+    kcuda.xp.launches.clear()
+    loss = ops.cross_entropy(x, engine.tensor(target, device=kcuda), reduction=reduction)
+    assert loss.grad_fn.name() == "CrossEntropyBackward0"
+    loss.backward()
+    assert kcuda.xp.launches.count("threadgrad_nll") == kcuda.xp.launches.count("threadgrad_cross_entropy_backward") == 1
+    xc = engine.tensor(logits, requires_grad=True)
+    want = ops.cross_entropy(xc, engine.tensor(target), reduction=reduction)
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), xc.grad.numpy(), rtol=1e-12, atol=1e-15)
+    # double backward: the node records its formula with ops under create_graph
+    (g,) = engine.grad(ops.cross_entropy(x, engine.tensor(target, device=kcuda), reduction=reduction), x,
+                       create_graph=True)
+    (gc,) = engine.grad(ops.cross_entropy(xc, engine.tensor(target), reduction=reduction), xc, create_graph=True)
+    w = rng.standard_normal((6, 4))
+    (h,) = engine.grad((g * engine.tensor(w, device=kcuda)).sum(), x)
+    (hc,) = engine.grad((gc * engine.tensor(w)).sum(), xc)
+    np.testing.assert_allclose(h.numpy(), hc.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_cross_entropy_checks_targets_with_one_kernel(kcuda):
+    logits = np.random.default_rng(1).standard_normal((4, 3))
+    target = np.array([0, 2, 1, 2])
+    kcuda.xp.launches.clear()
+    loss = ops.cross_entropy(engine.tensor(logits, device=kcuda), engine.tensor(target, device=kcuda))
+    assert kcuda.xp.launches.count("threadgrad_class_index_check") == 1
+    want = ops.cross_entropy(engine.tensor(logits), engine.tensor(target))
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+    with pytest.raises(IndexError, match=r"outside \[0, 2\]"):
+        ops.cross_entropy(engine.tensor(logits, device=kcuda), engine.tensor(np.array([0, 3, 1, 2]), device=kcuda))
+    ignored = ops.cross_entropy(engine.tensor(logits, device=kcuda), engine.tensor(np.array([0, -100, 1, 2]), device=kcuda))
+    want = ops.cross_entropy(engine.tensor(logits), engine.tensor(np.array([0, -100, 1, 2])))
+    np.testing.assert_allclose(ignored.item(), want.item(), rtol=1e-12)
+
+
+def _optim_state(seed, n=3):
+    rng = np.random.default_rng(seed)
+    shapes = [(4, 3), (3,), (2, 2)][:n]
+    return ([rng.standard_normal(s) for s in shapes], [rng.standard_normal(s) for s in shapes])
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1, maximize=True),
+                                dict(momentum=0.9), dict(momentum=0.9, dampening=0.2, weight_decay=0.01),
+                                dict(momentum=0.8, nesterov=True)])
+def test_fused_sgd_launches_one_kernel_per_tensor_and_equals_plain(kw):
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1, grads = _optim_state(2)
+    p2 = [p.copy() for p in p1]
+    b1, b2 = [None] * 3, [None] * 3
+    for _ in range(3):
+        table.sgd(p1, grads, b1, lr=0.1, **kw)
+        _fused.plain_sgd(p2, grads, b2, lr=0.1, **kw)
+    assert len(xp.launches) == 9
+    for a, b in zip(p1 + [x for x in b1 if x is not None], p2 + [x for x in b2 if x is not None]):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1), dict(weight_decay=0.1, decoupled_weight_decay=True),
+                                dict(amsgrad=True, maximize=True)])
+def test_fused_adam_launches_one_kernel_per_tensor_and_equals_plain(kw):
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1, grads = _optim_state(3)
+    p2 = [p.copy() for p in p1]
+    st1 = [[np.zeros_like(p) for p in p1] for _ in range(3)]
+    st2 = [[np.zeros_like(p) for p in p1] for _ in range(3)]
+    for step in (1, 2, 3):
+        table.adam(p1, grads, st1[0], st1[1], st1[2], step, lr=0.01, **kw)
+        _fused.plain_adam(p2, grads, st2[0], st2[1], st2[2], [step] * 3, lr=0.01, **kw)
+    assert len(xp.launches) == 9
+    for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+# --- the plain updates against torch.optim (the oracle the fused ones are then held to) ---------
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9, dampening=0.1, weight_decay=0.01),
+                                dict(momentum=0.9, nesterov=True, maximize=True)])
+def test_plain_sgd_matches_torch_optim_sgd(kw):
+    torch = pytest.importorskip("torch")
+    params, grads = _optim_state(4)
+    tp = [torch.tensor(p, requires_grad=True) for p in params]
+    opt = torch.optim.SGD(tp, lr=0.05, foreach=False, **kw)
+    bufs = [None] * 3
+    for _ in range(3):
+        for t, g in zip(tp, grads):
+            t.grad = torch.tensor(g)
+        opt.step()
+        _fused.plain_sgd(params, grads, bufs, lr=0.05, **kw)
+    for p, t in zip(params, tp):
+        np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("cls,kw", [("Adam", dict()), ("Adam", dict(weight_decay=0.1, amsgrad=True)),
+                                    ("AdamW", dict(weight_decay=0.1)), ("AdamW", dict(maximize=True, amsgrad=True, weight_decay=0.01))])
+def test_plain_adam_matches_torch_optim_adam(cls, kw):
+    torch = pytest.importorskip("torch")
+    params, grads = _optim_state(5)
+    tp = [torch.tensor(p, requires_grad=True) for p in params]
+    opt = getattr(torch.optim, cls)(tp, lr=0.01, foreach=False, **kw)
+    state = [[np.zeros_like(p) for p in params] for _ in range(3)]
+    for step in (1, 2, 3, 4):
+        for t, g in zip(tp, grads):
+            t.grad = torch.tensor(g) * step
+        opt.step()
+        _fused.plain_adam(params, [g * step for g in grads], *state, step, lr=0.01,
+                          decoupled_weight_decay=cls == "AdamW", **kw)
+    for p, t in zip(params, tp):
+        np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-13, atol=1e-15)
+
+
+def test_fused_updates_leave_float16_to_the_plain_form():
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1 = [np.ones(3, np.float16)]
+    p2 = [np.ones(3, np.float16)]
+    g = [np.full(3, 0.5, np.float16)]
+    b1, b2 = [None], [None]
+    table.sgd(p1, g, b1, lr=0.1, momentum=0.9)
+    _fused.plain_sgd(p2, g, b2, lr=0.1, momentum=0.9)
+    st1 = [[np.zeros(3, np.float16)] for _ in range(3)]
+    st2 = [[np.zeros(3, np.float16)] for _ in range(3)]
+    table.adam(p1, g, *st1, 1, lr=0.01, amsgrad=True)
+    _fused.plain_adam(p2, g, *st2, 1, lr=0.01, amsgrad=True)
+    assert xp.launches == []
+    assert b1[0] is not None and p1[0].dtype == np.float16
+    np.testing.assert_array_equal(p1[0], p2[0])
+    np.testing.assert_array_equal(b1[0], b2[0])
