@@ -49,6 +49,20 @@ class Adam(Optimizer):
         for device, idx in self._by_device(params).items():
             ps = [params[i] for i in idx]
             states = [self._init_state(p, amsgrad) for p in ps]
+            kernels = device.kernels
+            if kernels.fused:  # a GPU: one fused kernel per parameter (Note [Update functions])
+                steps = []
+                for s in states:
+                    s["step"].data += 1
+                    steps.append(int(s["step"].data))
+                kernels.adam([p.data for p in ps], [p.grad.data for p in ps], [s["exp_avg"].data for s in states],
+                             [s["exp_avg_sq"].data for s in states],
+                             [s["max_exp_avg_sq"].data for s in states] if amsgrad else None, steps,
+                             lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                             weight_decay=group["weight_decay"], amsgrad=amsgrad, maximize=group["maximize"],
+                             decoupled_weight_decay=group["decoupled_weight_decay"])
+                self._finish(ps)
+                continue
             _adam_update([p.data for p in ps], [p.grad.data for p in ps], [s["exp_avg"].data for s in states],
                          [s["exp_avg_sq"].data for s in states],
                          [s["max_exp_avg_sq"].data for s in states] if amsgrad else [],

@@ -25,8 +25,10 @@ Each optimizer's arithmetic is one private function over lists of raw arrays of 
 (``_sgd_update``, ``_adam_update``), written against that device's array module ``xp``, that
 updates them in place. ``step`` gathers the arrays per device and calls it, then bumps each
 parameter's version (an in-place change, as torch's ``param.add_``: a graph that saved the
-parameter refuses to backward through the stale value). A fused per-device implementation
-(one kernel over all the arrays) can replace the function without touching ``step``.
+parameter refuses to backward through the stale value). On a device with fused kernels (a
+GPU: ``device.kernels.fused``), ``step`` calls the device's ``sgd`` / ``adam`` instead (one
+kernel per parameter, devices/_fused.py), which compute the same update, checked against the
+plain formulas on a real GPU (tests/cuda/test_optim_cuda.py).
 """
 from __future__ import annotations
 
