@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as _np
 
 from .anomaly import detect_anomaly, is_anomaly_enabled, set_detect_anomaly
-from .autograd import backward, backward_async, grad, grad_async, queue_callback, register_multi_grad_hook
+from .autograd import (backward, backward_async, grad, grad_async, queue_callback, register_multi_grad_hook,
+                       set_cpu_workers)
 from .creation import (arange, empty, full, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
                        zeros_like, empty_like, full_like)
 from .executor import Engine, get_engine
@@ -36,6 +37,7 @@ int64 = _np.int64
 bool_ = _np.bool_
 
 __all__ = [
+    "set_cpu_workers",
     "Tensor", "Node", "AccumulateGrad", "RemovableHandle", "Engine", "get_engine",
     "tensor", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
     "rand", "randn", "arange", "manual_seed",

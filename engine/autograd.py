@@ -525,3 +525,29 @@ def register_multi_grad_hook(tensors: Sequence[Tensor], fn: Callable, *, mode: s
 
         handles = [t.register_hook(hook_any) for t in tensors]
     return _MultiHandle(handles)
+
+
+_cpu_workers = 0
+
+
+def set_cpu_workers(n: int) -> int:
+    """How many extra threads run the ready cpu nodes of one backward beside the caller;
+    returns the previous value. 0, the default, is PyTorch's schedule: the thread that called
+    backward runs every cpu node of its call itself.
+
+    Only 0 is implemented: parallel cpu workers inside one backward are planned (issue 21) and
+    asking for them raises NotImplementedError rather than running a schedule that is not
+    there. Several threads that each call backward already run at once (docs/autograd.md),
+    on every core under free-threaded CPython (docs/freethreaded.md).
+    """
+    global _cpu_workers
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"set_cpu_workers: n must be an int >= 0, got {n!r}")
+    if n > 0:
+        raise NotImplementedError(
+            f"set_cpu_workers({n}): parallel cpu workers inside one backward are not implemented yet; only 0 "
+            "(the caller runs its cpu nodes, as in PyTorch) is. Run independent backward calls on threads of "
+            "your own to use several cores."
+        )
+    prev, _cpu_workers = _cpu_workers, n
+    return prev

@@ -253,3 +253,11 @@ def test_multi_grad_hook_all_with_concurrent_calls_on_a_device():
         t.join(30)
     assert seen == [([3.0, 4.0], [1.0, 2.0])] * 20
     assert a.grad.tolist() == [60.0, 80.0] and b.grad.tolist() == [20.0, 40.0]
+
+
+def test_set_cpu_workers_keeps_the_callers_schedule_and_refuses_what_is_not_built():
+    import threadgrad as tg
+    assert tg.autograd.set_cpu_workers(0) == 0 and engine.set_cpu_workers(0) == 0
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        tg.autograd.set_cpu_workers(1)
+    assert engine.set_cpu_workers(0) == 0  # the refused call changed nothing

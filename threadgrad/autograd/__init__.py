@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 from ..engine import (Function, backward, backward_async, detect_anomaly, grad, grad_async, gradcheck,
-                      gradgradcheck, is_anomaly_enabled, queue_callback, set_detect_anomaly)
+                      gradgradcheck, is_anomaly_enabled, queue_callback, set_cpu_workers, set_detect_anomaly)
 from ..engine.function import FunctionCtx, once_differentiable
 from . import function, graph
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable", "backward", "grad", "backward_async", "grad_async",
            "gradcheck", "gradgradcheck", "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
-           "queue_callback", "function", "graph"]
+           "queue_callback", "set_cpu_workers", "function", "graph"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import traceback
 import threading
 from typing import Any
 
@@ -173,11 +174,16 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
 def _abort_on_uncaught(etype: type, value: BaseException, tb: Any) -> None:
     """An uncaught exception on one rank aborts the job (Note [Watchdog] in _comm.py)."""
-    hook = _previous_excepthook or sys.__excepthook__
-    hook(etype, value, tb)
     group = _group
+    if group is None or group.world_size == 1 or _previous_excepthook not in (None, sys.__excepthook__):
+        (_previous_excepthook or sys.__excepthook__)(etype, value, tb)
     if group is not None and group.world_size > 1:
-        write_stderr(f"threadgrad.distributed: rank {group.rank} of {group.world_size}: uncaught "
+        # The traceback and the abort line go out in one write, just before MPI_Abort: the
+        # launcher tears the job down at once and may drop output still in flight, and a
+        # traceback printed line by line lost all but its first line that way.
+        text = "".join(traceback.format_exception(etype, value, tb)) if _previous_excepthook in (
+            None, sys.__excepthook__) else ""
+        write_stderr(f"{text}threadgrad.distributed: rank {group.rank} of {group.world_size}: uncaught "
                      f"{etype.__name__}; aborting the job with MPI_Abort")
         group.MPI.COMM_WORLD.Abort(1)
 
