@@ -18,24 +18,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from threadgrad import engine, ops
 
-
-def load(seed: int = 0) -> tuple:
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
-    perm = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[perm], y[perm]
-    n_test = len(x) // 5
-    mean, std = x[:-n_test].mean(axis=0), x[:-n_test].std(axis=0)
-    std[std == 0] = 1.0
-    x = ((x - mean) / std).astype(np.float32)
-    return x[:-n_test], y[:-n_test].astype(np.int64), x[-n_test:], y[-n_test:].astype(np.int64)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from digits import load_split  # noqa: E402 - the same split as digits.py
 
 
 def logits(params: list, x: np.ndarray) -> engine.Tensor:
@@ -54,7 +45,7 @@ def main(threads: int = 4, epochs: int = 5, batch: int = 128, lr: float = 0.1, m
     """Train; return the held-out accuracy."""
     engine.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    x_train, y_train, x_test, y_test = load()
+    x_train, y_train, x_test, y_test = load_split()
     params = [(engine.randn(64, 64) * 0.18).requires_grad_(), engine.zeros(64, requires_grad=True),
               (engine.randn(10, 64) * 0.18).requires_grad_(), engine.zeros(10, requires_grad=True)]
     velocity = [engine.zeros_like(p) for p in params]

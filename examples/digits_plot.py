@@ -15,24 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import sys
 
 import numpy as np
 
 from threadgrad import engine, ops
 
-
-def load_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The 1,797 digits shuffled once, the last 20% held out, standardized by the train set."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
-    perm = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[perm], y[perm]
-    n_test = len(x) // 5
-    mean, std = x[:-n_test].mean(axis=0), x[:-n_test].std(axis=0)
-    std[std == 0] = 1.0
-    x = ((x - mean) / std).astype(np.float32)
-    return x[:-n_test], y[:-n_test].astype(np.int64), x[-n_test:], y[-n_test:].astype(np.int64)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from digits import load_split  # noqa: E402 - the same split as digits.py
 
 
 def train(epochs: int = 10, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, hidden: int = 64,
