@@ -527,27 +527,18 @@ def register_multi_grad_hook(tensors: Sequence[Tensor], fn: Callable, *, mode: s
     return _MultiHandle(handles)
 
 
-_cpu_workers = 0
-
-
 def set_cpu_workers(n: int) -> int:
-    """How many extra threads run the ready cpu nodes of one backward beside the caller;
-    returns the previous value. 0, the default, is PyTorch's schedule: the thread that called
-    backward runs every cpu node of its call itself.
+    """Run the ready cpu nodes of each backward on ``n`` helper threads beside its caller;
+    return the previous value.
 
-    Only 0 is implemented: parallel cpu workers inside one backward are planned (issue 21) and
-    asking for them raises NotImplementedError rather than running a schedule that is not
-    there. Several threads that each call backward already run at once (docs/autograd.md),
-    on every core under free-threaded CPython (docs/freethreaded.md).
+    0, the default, is PyTorch's schedule: the thread that called backward runs every cpu node
+    of its call itself, in the engine's exact priority order. With ``n > 0``, a backward started
+    afterwards is parallel: independent ready cpu nodes run at once on the caller and the
+    helpers (shared in turn by the parallel calls in flight). Gradients are the same; the order
+    in which independent nodes run, and the thread a node or hook runs on, are not fixed.
+    It helps where nodes release the GIL (BLAS, large numpy kernels) and, on free-threaded
+    CPython, everywhere; with the GIL, tiny ops get slower. docs/autograd.md says which
+    orderings still hold; Note [Parallel cpu workers] in engine/executor.py how it works.
     """
-    global _cpu_workers
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"set_cpu_workers: n must be an int >= 0, got {n!r}")
-    if n > 0:
-        raise NotImplementedError(
-            f"set_cpu_workers({n}): parallel cpu workers inside one backward are not implemented yet; only 0 "
-            "(the caller runs its cpu nodes, as in PyTorch) is. Run independent backward calls on threads of "
-            "your own to use several cores."
-        )
-    prev, _cpu_workers = _cpu_workers, n
-    return prev
+    from .executor import get_engine
+    return get_engine().set_cpu_workers(n)

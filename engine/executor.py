@@ -214,6 +214,7 @@ the context path.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import os
@@ -269,6 +270,7 @@ class ReadyQueue:
     """
 
     __slots__ = ("_heap", "_lock", "_cv", "_waiters", "closed")
+    multi = False  # several threads pop it: a _SharedQueue (Note [Parallel cpu workers])
 
     def __init__(self) -> None:
         self._heap: list = []
@@ -325,6 +327,149 @@ class ReadyQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+_NOTHING = (0, 0, None, None, None)  # what pop_until returns once its GraphTask is done
+
+
+class _SharedQueue(ReadyQueue):
+    """The cpu queue of one parallel GraphTask: its driver pops it, the cpu helpers steal from
+    it. It never holds wake-up entries (a helper would take them): a wake-up push wakes every
+    waiter instead, and the driver waits in ``pop_until``, which returns once its task is done.
+    See Note [Parallel cpu workers]."""
+
+    __slots__ = ("_helpers", "_offered")
+    multi = True
+
+    def __init__(self, helpers: _CpuHelpers) -> None:
+        super().__init__()
+        self._helpers = helpers
+        self._offered = False  # listed (or about to be) in helpers' queues; guarded by _lock
+
+    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
+        with self._lock:
+            if gt is None:  # a wake-up: the driver tests its task's done flag
+                self._cv.notify_all()
+                return True
+            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
+            if self._waiters:
+                self._cv.notify()
+            offer = not self._offered
+            self._offered = True
+        if offer:
+            self._helpers.offer(self)
+        return True
+
+    def pop_until(self, gt: GraphTask) -> tuple:
+        """The next task, or ``_NOTHING`` once ``gt`` is done (it is woken by ``push(.., None, ..)``)."""
+        with self._lock:
+            heap = self._heap
+            if not heap:
+                self._waiters += 1
+                try:
+                    timeout = _signal_slice()
+                    while not heap:
+                        if gt.done:
+                            return _NOTHING
+                        self._cv.wait(timeout)
+                finally:
+                    self._waiters -= 1
+            return heapq.heappop(heap)
+
+    def steal(self) -> tuple | bool:
+        """A helper's pop: the top task; else False if this call unlisted the queue (the
+        helper removes it from its list), True if it was unlisted already."""
+        with self._lock:
+            if self._heap:
+                return heapq.heappop(self._heap)
+            was, self._offered = self._offered, False
+            return not was
+
+    def requeue_unless_first(self, prio: int, tie: int | None, gt: Any, node: Any, inputs: Any) -> bool:
+        """Note [Continuation] for a queue other threads pop: under the lock, queue the
+        successor if a queued task comes first (True), else leave it to the caller (False)."""
+        with self._lock:
+            heap = self._heap
+            if not heap:
+                return False
+            top = heap[0]
+            if not (top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie))):
+                return False
+        return self.push(prio, gt, node, inputs, tie)
+
+
+class _CpuHelpers:
+    """The ``set_cpu_workers(n)`` threads: each takes tasks from the queues of the parallel
+    GraphTasks in flight, in turn, so concurrent backward calls share them. A thread beyond
+    ``n`` retires after its current node. See Note [Parallel cpu workers]."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._cv = threading.Condition(threading.Lock())
+        self._queues: collections.deque[_SharedQueue] = collections.deque()
+        self._idle = 0
+        self._stopping = False
+        self.n = 0
+        self.threads: list[threading.Thread] = []
+
+    def resize(self, n: int) -> None:
+        with self._cv:
+            self.n = n
+            if len(self.threads) > n:
+                self._cv.notify_all()  # the extra threads retire
+
+    def ensure(self) -> None:
+        """Start threads up to ``n`` (a parallel backward is starting)."""
+        with self._cv:
+            while len(self.threads) < self.n and not self._stopping:
+                t = threading.Thread(target=self._loop, name=f"threadgrad-cpu-{next(_helper_names)}", daemon=True)
+                t.start()  # listed after it starts, under the lock: stop() never joins an unstarted thread
+                self.threads.append(t)
+
+    def offer(self, q: _SharedQueue) -> None:
+        with self._cv:
+            self._queues.append(q)
+            if self._idle:
+                self._cv.notify()
+
+    def _loop(self) -> None:
+        tls.is_worker = True
+        me = threading.current_thread()
+        queues = self._queues
+        while True:
+            with self._cv:
+                while True:
+                    if self._stopping or len(self.threads) > self.n:
+                        self.threads.remove(me)
+                        return
+                    if queues:
+                        break
+                    self._idle += 1
+                    try:
+                        self._cv.wait()
+                    finally:
+                        self._idle -= 1
+                q = queues.popleft()
+                queues.append(q)  # in turn: every parallel backward in flight gets its share
+            entry = q.steal()
+            if entry is False:
+                with self._cv:
+                    try:
+                        queues.remove(q)
+                    except ValueError:
+                        pass
+            elif entry is not True:
+                self._engine._help(q, entry)
+            q = entry = None  # hold nothing of a finished task while waiting
+
+    def stop(self) -> list[threading.Thread]:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            return list(self.threads)
+
+
+_helper_names = itertools.count()
 
 
 class GraphTask:
@@ -561,6 +706,7 @@ class Engine:
         self._workers: dict[devices.Device, tuple[ReadyQueue, threading.Thread]] = {}
         self._pool_idle_timeout = 30.0
         self._pool = self._new_pool()
+        self._helpers = _CpuHelpers(self)
 
     @property
     def pool_idle_timeout(self) -> float:
@@ -575,6 +721,22 @@ class Engine:
 
     def _new_pool(self) -> _Pool:
         return _Pool(lambda: self._pool_idle_timeout)
+
+    @property
+    def cpu_workers(self) -> int:
+        """Helper threads that run ready cpu nodes of a backward beside its caller (0: none,
+        PyTorch's schedule). Set with ``set_cpu_workers``. See Note [Parallel cpu workers]."""
+        return self._helpers.n
+
+    def set_cpu_workers(self, n: int) -> int:
+        """Set ``cpu_workers``; return the previous value. Backward calls already running keep
+        the mode they started in; threads beyond ``n`` retire after their current node."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"set_cpu_workers: n must be an int >= 0, got {n!r}")
+        with self._lock:
+            prev = self._helpers.n
+            self._helpers.resize(n)
+        return prev
 
     # -- threads ----------------------------------------------------------------------
     def _device_queue(self, device: devices.Device) -> ReadyQueue:
@@ -653,7 +815,7 @@ class Engine:
 
     def worker_threads(self) -> list[threading.Thread]:
         """The live threads this engine started: device workers and pool threads."""
-        threads = [t for _, t in list(self._workers.values())] + list(self._pool.threads)
+        threads = [t for _, t in list(self._workers.values())] + list(self._pool.threads) + list(self._helpers.threads)
         return [t for t in threads if t.is_alive()]
 
     def shutdown(self) -> None:
@@ -667,9 +829,11 @@ class Engine:
             workers = list(self._workers.values())
             self._workers.clear()
             pool, self._pool = self._pool, self._new_pool()
+            helpers, self._helpers = self._helpers, _CpuHelpers(self)
+            self._helpers.n = helpers.n  # the setting stays; the next parallel backward starts threads
         for q, _ in workers:
             q.push(_SHUTDOWN_PRIO, None, _SHUTDOWN, None)
-        threads = [t for _, t in workers] + pool.stop()
+        threads = [t for _, t in workers] + pool.stop() + helpers.stop()
         me = threading.current_thread()
         for t in threads:
             if t is not me:
@@ -680,6 +844,8 @@ class Engine:
         self._lock = threading.Lock()
         self._workers = {}
         self._pool = self._new_pool()
+        n, self._helpers = self._helpers.n, _CpuHelpers(self)
+        self._helpers.n = n
         tls.own_queue = None
         tls.local_queue = None
         tls.current_task = None
@@ -692,14 +858,23 @@ class Engine:
         and return when it is done; the outcome is in ``gt.error`` and ``gt.captured``."""
         parent = tls.current_task
         if parent is None:
-            # A fresh backward: this thread owns it and serves its own cpu queue.
-            q = tls.own_queue
-            if q is None:
-                q = tls.own_queue = ReadyQueue()
+            helpers = self._helpers
+            if helpers.n:
+                # A parallel backward: its cpu nodes go to a queue of its own that the helpers
+                # take from too, so every routing is under gt.lock. Note [Parallel cpu workers].
+                q = _SharedQueue(helpers)
+                gt.shared = True
+                if len(helpers.threads) < helpers.n:
+                    helpers.ensure()
+            else:
+                # A fresh backward: this thread owns it and serves its own cpu queue.
+                q = tls.own_queue
+                if q is None:
+                    q = tls.own_queue = ReadyQueue()
             gt.owner_queue = q
             # The root task runs first, without a trip through the queue: nothing else of
             # this thread's can be waiting there (measured: push + pop, about 0.8 us a call).
-            gt.outstanding += 1  # (gt is not shared yet: Note [Shared tasks])
+            gt.outstanding += 1  # (gt is not shared yet, or holds no node yet: Note [Shared tasks])
             prev_queue = tls.local_queue
             tls.local_queue = q
             try:
@@ -708,7 +883,14 @@ class Engine:
                 tls.local_queue = prev_queue
             return
         # Reentrant: see Note [Reentrant backward].
-        gt.owner_queue = tls.local_queue
+        prev_queue = tls.local_queue
+        if prev_queue.multi:
+            # Started by a cpu node of a parallel backward: a parallel child, with its own queue,
+            # which this thread (or the pool thread) drives. See Note [Parallel cpu workers].
+            gt.owner_queue = _SharedQueue(prev_queue._helpers)
+            gt.shared = True
+        else:
+            gt.owner_queue = prev_queue
         with gt.lock:
             self._push(gt, _cpu, root, [])
         if tls.depth >= self.max_recursion_depth:
@@ -735,11 +917,13 @@ class Engine:
         prev_total = tls.total_depth
         tls.depth += 1
         tls.total_depth = gt.depth
+        tls.local_queue = gt.owner_queue  # (prev_queue itself, but for a parallel child)
         try:
             self._thread_main(gt)
         finally:
             tls.depth -= 1
             tls.total_depth = prev_total
+            tls.local_queue = prev_queue
 
     def _run_on_pool(self, gt: GraphTask, left: threading.Event) -> None:
         tls.local_queue = gt.owner_queue
@@ -751,6 +935,50 @@ class Engine:
             tls.local_queue = None
             tls.total_depth = 0
             left.set()
+
+    @staticmethod
+    def _requeue(q: _SharedQueue, prio: int, tie: int | None, gt: GraphTask, node: Node, inputs: list) -> bool:
+        """Note [Continuation] on a parallel task's queue: True if the successor went back to
+        ``q`` because a queued task comes first."""
+        if not q.requeue_unless_first(prio, tie, gt, node, inputs):
+            return False
+        if _profiler is not None:  # See Note [Profiler hooks]
+            _profiler.queued(gt, node)
+        return True
+
+    def _help(self, q: _SharedQueue, entry: tuple) -> None:
+        """A cpu helper runs a task taken from a parallel GraphTask's queue, then the successors
+        it keeps back (Note [Continuation]), as the task's driver would. Leaves this thread's
+        state at its defaults. See Note [Parallel cpu workers]."""
+        _, _, gt, node, inputs = entry
+        entry = None
+        tls.local_queue = q
+        tls.total_depth = gt.depth
+        _install(gt)
+        run = self._run_task
+        try:
+            while True:
+                if _profiler is None:
+                    nxt = run(gt, node, inputs, True)
+                else:  # See Note [Profiler hooks]
+                    nxt = _profiler.run_node(run, gt, node, inputs, True)
+                if nxt is None:
+                    break
+                node, inputs, tie = nxt
+                nxt = None
+                if q._heap and self._requeue(q, -(gt.prio_base | node.sequence_nr), tie, gt, node, inputs):
+                    break
+        except BaseException as e:  # noqa: BLE001 - an engine bug: fail the task, keep the helper
+            self._abandon(None, gt, e)
+        finally:
+            tls.local_queue = None
+            tls.total_depth = 0
+            tls.current_task = None
+            tls.grad_enabled = True
+            if used.anomaly:
+                tls.anomaly, tls.anomaly_check_nan = False, True
+            if used.saved_hooks:
+                tls.saved_hooks = ()
 
     def run_async(self, job: Callable[[], None]) -> None:
         """Run ``job`` (a whole backward call) on a pool thread."""
@@ -764,6 +992,9 @@ class Engine:
         root task, already counted as outstanding, run before the first pop. Restores the
         thread's state on exit."""
         q = tls.local_queue
+        # A parallel task's queue has other consumers: its driver waits in pop_until (Note
+        # [Parallel cpu workers]).
+        pop = q.pop if not q.multi else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,
@@ -787,7 +1018,7 @@ class Engine:
                 if root is not None:
                     gt, node, inputs, root = wait_for, root, [], None
                 else:
-                    _, _, gt, node, inputs = q.pop()
+                    _, _, gt, node, inputs = pop()
                 if gt is None:
                     if node is _SHUTDOWN:
                         return
@@ -810,6 +1041,10 @@ class Engine:
                     heap = q._heap
                     if heap:
                         prio = -(gt.prio_base | node.sequence_nr)
+                        if q.multi:  # the top may move away: decide under the queue's lock
+                            if self._requeue(q, prio, tie, gt, node, inputs):
+                                break
+                            continue
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
                             if _profiler is not None:  # See Note [Profiler hooks]
@@ -1071,8 +1306,9 @@ class Engine:
 
     @staticmethod
     def _wake_owner(gt: GraphTask) -> None:
-        if tls.local_queue is not gt.owner_queue:
-            gt.owner_queue.push(_WAKE_PRIO, None, None, None)
+        q = gt.owner_queue
+        if tls.local_queue is not q or q.multi:  # (a helper serves q too: Note [Parallel cpu workers])
+            q.push(_WAKE_PRIO, None, None, None)
 
 
 def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:

@@ -47,7 +47,14 @@ def _gil_enabled() -> bool:
     return getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
+# THREADGRAD_TEST_CPU_WORKERS=n runs the whole suite with set_cpu_workers(n): a shake-out of
+# the parallel mode (docs/testing.md). Tests that assert the exact n = 0 schedule fail there.
+CPU_WORKERS = int(os.environ.get("THREADGRAD_TEST_CPU_WORKERS", "0"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if CPU_WORKERS:
+        engine.set_cpu_workers(CPU_WORKERS)
     if EXPECT_NO_GIL and _gil_enabled():
         raise pytest.UsageError("THREADGRAD_EXPECT_NO_GIL=1, but the GIL is enabled (not a free-threaded "
                                 "interpreter, or an import re-enabled it)")
