@@ -1,0 +1,531 @@
+"""The ``parallel`` workload of the performance suite (issue 21): cpu workers inside one backward,
+and threads running backward at the same time, on the GIL build and on free-threaded CPython.
+
+Usage::
+
+    python benchmarks/parallel.py                      # both builds, prints the table
+    python benchmarks/parallel.py --quick              # fewer repeats, smaller graphs (< 1 min)
+    python benchmarks/parallel.py --ft-python PATH     # the free-threaded interpreter to use
+    python benchmarks/parallel.py --json [--quick]     # one half: this interpreter's raw timings
+
+``run_all.py --only parallel`` runs the same thing inside the suite. Each half runs in a
+subprocess of its interpreter (``--json``), started with BLAS pinned to one thread. Every figure
+is a ratio measured beside a control doing the same work with the same threads in the same
+repeats (raw numpy calls in a Python loop, or raw numpy matmuls), and is reported as the median
+of per-repeat ratios. See benchmarks/README.md (workload ``parallel``) and docs/performance.md.
+
+Measurements, for each build:
+
+a. wide graph (workload 2's, 1,000 branches), one backward: 2 cpu workers
+   (``set_cpu_workers(1)``: the caller and one helper) vs 1 (``set_cpu_workers(0)``: the caller
+   alone). Control: the backward's math as raw numpy calls in a Python loop, the branches split
+   over 2 threads vs all on 1.
+b. towers: 8 independent towers of 4 layers ``tanh(h @ W)`` (256x256 float64 W, batch 64)
+   summed, one backward, 2 workers vs 1. Control: the towers' backward math in raw numpy
+   (its 64 matmuls and the tanh gradients), 4 towers on each of 2 threads vs 8 on 1.
+c. 2 threads each running backward on its own tiny-op chain vs 1 thread running both in a row
+   (throughput scaling). Control: the chain's backward math as raw numpy calls, same shape.
+d. 4 threads calling ``backward(retain_graph=True)`` on one shared tiny-op chain vs the same 4
+   calls in a row (total time). Control: the same with the raw-numpy floor's shared closures.
+e. single thread: chain backward µs/node. The FT/GIL ratio of this is the build's penalty for
+   threadgrad; the control's FT/GIL ratio (the raw-numpy floor of the same chain) is the
+   interpreter's own.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+             "NUMEXPR_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy loads; the driver sets them to 1 explicitly
+
+import numpy  # noqa: E402
+
+from _common import ROOT, Row, Table, gc_paused, load_average, median, write_result  # noqa: E402
+
+import threadgrad as tg  # noqa: E402
+from threadgrad import engine, ops  # noqa: E402
+from backends import Ours, build_chain, build_wide, make_inputs  # noqa: E402
+from workloads import (  # noqa: E402
+    _BLAS_ENV,
+    CHAIN_N,
+    TINY_CHAIN,
+    WIDE_BRANCHES,
+    _blas_summary,
+    _run_threads,
+    log,
+    numpy_floor_chain,
+    paired_ratio,
+)
+
+TOWERS, TOWER_DEPTH, TOWER_WIDTH, TOWER_BATCH = 8, 4, 256, 64
+FT_TOOL = os.path.join(os.path.dirname(ROOT), "shared", "tools", "freethreaded-python")
+
+# Targets (issue 21, part 3): (row key, build judged, comparison, bound).
+TARGET_WIDE_FT = 1.7       # a: free-threaded, 2 workers vs 1 on the wide graph
+TARGET_TOWERS_GIL = 1.6    # b: GIL build, 2 workers vs 1 on the towers
+TARGET_OWN_CHAINS = 0.9    # c: free-threaded, scaling / the control's scaling
+TARGET_SHARED_FT = 0.7     # d: free-threaded, 4 threads / 4 calls in a row (0.5 is 2 cores' floor)
+TARGET_PENALTY = 1.1       # e: threadgrad's FT/GIL per-node ratio / the control's
+
+
+def gil_enabled() -> bool:
+    f = getattr(sys, "_is_gil_enabled", None)
+    return True if f is None else bool(f())
+
+
+# --- the graphs and their controls --------------------------------------------------------
+
+def _wide_floor(branches: int) -> Callable[[int, int], numpy.ndarray]:
+    """The wide backward's math as raw numpy, one Python call per op node, no engine:
+    ``part(k, step)`` runs branches k, k + step, ... and returns their summed leaf gradient."""
+    xa, _, c1a, c2a = make_inputs()
+    saved = [numpy.tanh(xa * c1a) for _ in range(branches)]  # each branch's own tanh output
+    mul2 = lambda g: g * c2a  # noqa: E731
+    tanh_bw = lambda g, y: g - g * y * y  # noqa: E731
+    mul1 = lambda g: g * c1a  # noqa: E731
+
+    def part(k: int, step: int) -> numpy.ndarray:
+        g = numpy.ones_like(xa)
+        acc = numpy.zeros_like(xa)
+        for i in range(k, branches, step):
+            acc = acc + mul1(tanh_bw(mul2(g), saved[i]))
+        return acc
+
+    return part
+
+
+class _Towers:
+    """TOWERS towers of TOWER_DEPTH layers ``h = tanh(h @ W)`` from one input, summed, then
+    ``sum``; and the same backward as raw numpy (:meth:`floor`)."""
+
+    def __init__(self) -> None:
+        rng = numpy.random.default_rng(3)
+        self.xa = rng.standard_normal((TOWER_BATCH, TOWER_WIDTH))
+        self.Wa = [[rng.standard_normal((TOWER_WIDTH, TOWER_WIDTH)) / numpy.sqrt(TOWER_WIDTH)
+                    for _ in range(TOWER_DEPTH)] for _ in range(TOWERS)]
+        # The raw-numpy control's saved values: each layer's input and tanh output.
+        self.saved = []
+        for ws in self.Wa:
+            h, layers = self.xa, []
+            for w in ws:
+                y = numpy.tanh(h @ w)
+                layers.append((h, w, y))
+                h = y
+            self.saved.append(layers)
+
+    def build(self) -> tuple[Any, Any, list[Any]]:
+        x = engine.tensor(self.xa, requires_grad=True)
+        ws = [[engine.tensor(w, requires_grad=True) for w in t] for t in self.Wa]
+        out = None
+        for t in ws:
+            h = x
+            for w in t:
+                h = ops.tanh(ops.matmul(h, w))
+            out = h if out is None else ops.add(out, h)
+        return ops.sum(out), x, ws
+
+    def floor(self, towers: range) -> numpy.ndarray:
+        """The backward of ``towers`` in raw numpy: per layer the tanh gradient and two matmuls."""
+        gx = numpy.zeros_like(self.xa)
+        for t in towers:
+            g = numpy.ones((TOWER_BATCH, TOWER_WIDTH))
+            for h, w, y in reversed(self.saved[t]):
+                g = g - g * y * y
+                gw = h.T @ g  # noqa: F841 - the weight's gradient, computed as the engine does
+                g = g @ w.T
+            gx = gx + g
+        return gx
+
+
+def _pure_python_chain(n: int) -> Callable[[], float]:
+    """A chain walk in pure Python (no numpy): one object and one method call per node, floats.
+    An informational control for e: the interpreter's penalty on bytecode alone."""
+
+    class N:
+        __slots__ = ("nxt", "c")
+
+        def __init__(self, nxt: Any, c: float) -> None:
+            self.nxt, self.c = nxt, c
+
+        def apply(self, g: float) -> float:
+            return g * self.c + 0.5 * g
+
+    head = None
+    for i in range(n):
+        head = N(head, 0.5 + (i % 3) * 0.1)
+
+    def run() -> float:
+        g, node = 1.0, head
+        while node is not None:
+            g = node.apply(g)
+            node = node.nxt
+        return g
+
+    return run
+
+
+# --- the half that runs in one interpreter ------------------------------------------------
+
+def _timed(fn: Callable[[], Any]) -> float:
+    with gc_paused():
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+def _close(a: numpy.ndarray, b: numpy.ndarray) -> bool:
+    return bool(numpy.allclose(a, b, rtol=1e-9, atol=1e-12))
+
+
+def worker(quick: bool) -> dict[str, Any]:
+    """Run a-e on this interpreter; return raw per-repeat timings (seconds) and facts."""
+    load0 = load_average()
+    repeats = 5 if quick else 11
+    res: dict[str, list[float]] = {}
+
+    def put(key: str, value: float, r: int) -> None:
+        if r:  # repeat 0 is a warm-up
+            res.setdefault(key, []).append(value)
+
+    prev_workers = tg.autograd.set_cpu_workers(0)
+    b = Ours()
+    xa, ca, c1a, c2a = make_inputs()
+    c1, c2 = b.const(c1a), b.const(c2a)
+
+    # a. wide graph, one backward, 1 worker vs 2.
+    branches = WIDE_BRANCHES
+    wide_part = _wide_floor(branches)
+    ref = wide_part(0, 1)
+
+    def wide_sample(n: int) -> tuple[float, numpy.ndarray]:
+        tg.autograd.set_cpu_workers(n)
+        b.sample(lambda bb, x: build_wide(bb, x, c1, c2, branches), xa)  # untimed: starts the helper
+        _, bw, g = b.sample(lambda bb, x: build_wide(bb, x, c1, c2, branches), xa)
+        return bw, g
+
+    log(f"parallel: a. wide, {branches:,} branches x{repeats}")
+    for r in range(repeats + 1):
+        order = (0, 1) if r % 2 else (1, 0)  # alternate which goes first
+        for n in order:
+            bw, g = wide_sample(n)
+            put(f"a_w{n}", bw, r)
+            if r == 0 and not _close(g, ref):
+                raise AssertionError(f"wide: threadgrad's gradient with {n} helper(s) differs from numpy's")
+        with gc_paused():
+            put("a_c1", _run_threads([lambda: wide_part(0, 1)]), r)
+            put("a_c2", _run_threads([lambda: wide_part(0, 2), lambda: wide_part(1, 2)]), r)
+    tg.autograd.set_cpu_workers(0)
+    assert _close(wide_part(0, 2) + wide_part(1, 2), ref)
+
+    # b. towers, one backward, 1 worker vs 2.
+    towers = _Towers()
+    tower_ref = towers.floor(range(TOWERS))
+
+    def towers_sample(n: int) -> tuple[float, numpy.ndarray]:
+        tg.autograd.set_cpu_workers(n)
+        for timed in (False, True):  # an untimed sample first (starts the helper, warms BLAS buffers)
+            y, x, ws = towers.build()
+            dt = _timed(y.backward)
+            g = numpy.array(x.grad.data)
+            del y, x, ws
+        return dt, g
+
+    log(f"parallel: b. towers {TOWERS}x{TOWER_DEPTH} layers of {TOWER_WIDTH}x{TOWER_WIDTH} x{repeats}")
+    half = TOWERS // 2
+    for r in range(repeats + 1):
+        order = (0, 1) if r % 2 else (1, 0)
+        for n in order:
+            dt, g = towers_sample(n)
+            put(f"b_w{n}", dt, r)
+            if r == 0 and not _close(g, tower_ref):
+                raise AssertionError(f"towers: threadgrad's input gradient with {n} helper(s) differs from numpy's")
+        with gc_paused():
+            put("b_c1", _run_threads([lambda: towers.floor(range(TOWERS))]), r)
+            put("b_c2", _run_threads([lambda: towers.floor(range(half)), lambda: towers.floor(range(half, TOWERS))]), r)
+    tg.autograd.set_cpu_workers(0)
+
+    # c. 2 threads, each on its own chain, vs 1 thread running both chains in a row.
+    chain_n = TINY_CHAIN
+    inputs = [make_inputs(seed) for seed in (10, 11)]  # each chain its own leaf and constant
+    own = [(b.const(ins[1]), ins[0]) for ins in inputs]
+    floors = [numpy_floor_chain(ins[0], ins[1], chain_n) for ins in inputs]
+    passes = 5  # a floor call lasts about as long as one threadgrad backward of the chain
+
+    def floor_call(k: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(passes):
+                floors[k]()
+        return run
+
+    def chains() -> list[Any]:
+        ys = []
+        for c, xv in own:
+            x = b.leaf(xv)
+            ys.append((ops.sum(build_chain(b, x, c, chain_n)), x))
+        return ys
+
+    inner = 2 if quick else 3  # short samples: several per repeat, against noise
+    log(f"parallel: c. 2 threads on their own {chain_n:,}-node chains x{repeats * inner}")
+    for r in range(repeats + 1):
+        for _ in range(inner):
+            ys = chains()
+            with gc_paused():
+                seq = _run_threads([lambda: [y.backward() for y, _ in ys]])
+            ys = chains()
+            with gc_paused():
+                par = _run_threads([lambda y=y: y.backward() for y, _ in ys])
+            del ys
+            put("c_seq", seq, r)
+            put("c_par", par, r)
+            with gc_paused():
+                put("c_cseq", _run_threads([lambda: (floor_call(0)(), floor_call(1)())]), r)
+                put("c_cpar", _run_threads([floor_call(0), floor_call(1)]), r)
+
+    # d. 4 threads on one shared retained chain vs the same 4 calls in a row.
+    log(f"parallel: d. 4 threads on one retained {chain_n:,}-node chain x{repeats * inner}")
+    x = b.leaf(xa)
+    y = ops.sum(build_chain(b, x, b.const(ca), chain_n))
+    y.backward(retain_graph=True)  # the first call allocates .grad
+    shared_floor = numpy_floor_chain(xa, ca, chain_n)
+
+    def shared_floor_call() -> None:
+        for _ in range(passes):
+            shared_floor()
+
+    for r in range(repeats + 1):
+        for _ in range(inner):
+            with gc_paused():
+                put("d_seq", _run_threads([lambda: [y.backward(retain_graph=True) for _ in range(4)]]), r)
+                put("d_par", _run_threads([lambda: y.backward(retain_graph=True) for _ in range(4)]), r)
+                put("d_cseq", _run_threads([lambda: [shared_floor_call() for _ in range(4)]]), r)
+                put("d_cpar", _run_threads([shared_floor_call for _ in range(4)]), r)
+    calls = 1 + 2 * 4 * (repeats + 1) * inner
+    if not numpy.allclose(x.grad.data, calls * numpy.array(_single_grad(b, xa, ca, chain_n))):
+        raise AssertionError("shared retained graph: .grad is not the sum of every call's gradient")
+    del x, y
+
+    # e. single thread, chain backward µs/node, beside the raw-numpy floor and a pure-Python walk.
+    n_e = 2_000 if quick else CHAIN_N
+    c = b.const(ca)
+    floor_e = numpy_floor_chain(xa, ca, n_e)
+    pure = _pure_python_chain(n_e)
+    log(f"parallel: e. chain of {n_e:,} ops, single thread x{repeats}")
+    for r in range(repeats + 1):
+        _, bw, _ = b.sample(lambda bb, xx: ops.sum(build_chain(bb, xx, c, n_e)), xa, warm=True)
+        put("e_tg", bw / (n_e + 2), r)
+        floor_e()
+        put("e_floor", _timed(floor_e) / n_e, r)
+        pure()
+        put("e_pure", _timed(pure) / n_e, r)
+
+    tg.autograd.set_cpu_workers(prev_workers)
+    return {
+        "res": res,
+        "gil": gil_enabled(),
+        "python": sys.version.split()[0] + ("t" if not gil_enabled() else ""),
+        "numpy": numpy.__version__,
+        "blas": _blas_summary(),
+        "repeats": repeats,
+        "inner": inner,
+        "chain_n": chain_n,
+        "chain_e": n_e,
+        "load": [load0, load_average()],
+    }
+
+
+def _single_grad(b: Ours, xa: numpy.ndarray, ca: numpy.ndarray, n: int) -> numpy.ndarray:
+    x = b.leaf(xa)
+    ops.sum(build_chain(b, x, b.const(ca), n)).backward()
+    return numpy.array(x.grad.data)
+
+
+# --- the driver: both halves, one table ---------------------------------------------------
+
+def find_ft_python(given: str | None) -> tuple[str | None, str]:
+    """The free-threaded interpreter to use, or None and the reason. Order: ``--ft-python``;
+    ``.venv-ft/bin/python`` (made by .ci/run); the interpreter ../shared/tools/freethreaded-python
+    unpacks. It must import numpy with the GIL off."""
+    if given:
+        candidates = [given]
+    else:
+        candidates = [os.path.join(ROOT, ".venv-ft", "bin", "python")]
+        if os.access(FT_TOOL, os.X_OK):
+            with contextlib.suppress(Exception):
+                out = subprocess.run([FT_TOOL], capture_output=True, text=True, timeout=300).stdout.split()
+                if out:
+                    candidates.append(out[-1])
+    why = "no free-threaded interpreter: pass --ft-python PATH (see docs/freethreaded.md)"
+    for py in candidates:
+        if not os.path.exists(py):
+            continue
+        probe = subprocess.run([py, "-c", "import sys, numpy; print(sys._is_gil_enabled())"],
+                               capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            why = f"{py} cannot import numpy (install it: pip install --only-binary :all: 'numpy<2.5')"
+            continue
+        if probe.stdout.strip() != "False":
+            why = f"{py} runs with the GIL enabled"
+            continue
+        return py, ""
+    return None, why
+
+
+def run_half(python: str, quick: bool) -> dict[str, Any]:
+    env = dict(os.environ, **_BLAS_ENV)
+    env.pop("PYTHON_GIL", None)
+    cmd = [python, os.path.abspath(__file__), "--json"] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    sys.stderr.write("".join(f"  [{os.path.basename(python)}] {line}\n" for line in proc.stderr.splitlines()))
+    if proc.returncode != 0:
+        raise RuntimeError(f"parallel worker ({python}) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+COLS = ("GIL", "GIL control", "FT", "FT control")
+
+
+def _speedup(s: dict, one: str, two: str) -> float:
+    """Median over repeats of t(one) / t(two): >1 means the second configuration is faster."""
+    return paired_ratio(s[one], s[two])
+
+
+def _rel(s: dict, a1: str, a2: str, c1: str, c2: str) -> float:
+    """Median over repeats of (a1/a2) / (c1/c2): the engine's scaling over the control's."""
+    return median((x1 / x2) / (y1 / y2) for x1, x2, y1, y2 in zip(s[a1], s[a2], s[c1], s[c2]))
+
+
+def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
+    """The merged table of both halves (either may be missing)."""
+    t = Table("parallel", "9. Parallel cpu workers and free-threaded CPython", list(COLS),
+              ratio_header="judged")
+    G = gil["res"] if gil else None
+    F = ft["res"] if ft else None
+
+    def pair(fn: Callable[[dict], float], cfn: Callable[[dict], float] | None = None) -> dict[str, float | None]:
+        v: dict[str, float | None] = {}
+        for name, s in (("GIL", G), ("FT", F)):
+            v[name] = fn(s) if s else None
+            v[f"{name} control"] = cfn(s) if (s and cfn) else None
+        return v
+
+    def judged(row: Row, value: float | None, ok: Callable[[float], bool]) -> Row:
+        row.show_ratio = value is not None
+        row.ratio = value
+        row.met = None if value is None else ok(value)
+        return row
+
+    ra = Row("a. wide (1,000 branches), one backward: 2 workers vs 1, speedup",
+             pair(lambda s: _speedup(s, "a_w0", "a_w1"), lambda s: _speedup(s, "a_c1", "a_c2")),
+             target=f"≥ {TARGET_WIDE_FT} (FT)")
+    judged(ra, ra.values["FT"], lambda v: v >= TARGET_WIDE_FT)
+    ra_ms = Row("a. wide, one backward with 1 worker, ms (control: 1 thread)",
+                pair(lambda s: median(s["a_w0"]) * 1e3, lambda s: median(s["a_c1"]) * 1e3), show_ratio=False)
+    rb = Row(f"b. towers ({TOWERS}x{TOWER_DEPTH} layers, {TOWER_WIDTH}x{TOWER_WIDTH}): 2 workers vs 1, speedup",
+             pair(lambda s: _speedup(s, "b_w0", "b_w1"), lambda s: _speedup(s, "b_c1", "b_c2")),
+             target=f"≥ {TARGET_TOWERS_GIL} (GIL)")
+    judged(rb, rb.values["GIL"], lambda v: v >= TARGET_TOWERS_GIL)
+    rb_ms = Row("b. towers, one backward with 1 worker, ms (control: 1 thread)",
+                pair(lambda s: median(s["b_w0"]) * 1e3, lambda s: median(s["b_c1"]) * 1e3), show_ratio=False)
+    rc = Row("c. 2 threads on their own chains vs both in a row, throughput",
+             pair(lambda s: _speedup(s, "c_seq", "c_par"), lambda s: _speedup(s, "c_cseq", "c_cpar")),
+             show_ratio=False)
+    rc_rel = Row("c. the same / the control's scaling",
+                 pair(lambda s: _rel(s, "c_seq", "c_par", "c_cseq", "c_cpar")), target=f"≥ {TARGET_OWN_CHAINS} (FT)")
+    judged(rc_rel, rc_rel.values["FT"], lambda v: v >= TARGET_OWN_CHAINS)
+    rd = Row("d. 4 threads on one retained chain / 4 calls in a row, time",
+             pair(lambda s: paired_ratio(s["d_par"], s["d_seq"]), lambda s: paired_ratio(s["d_cpar"], s["d_cseq"])),
+             target=f"≤ {TARGET_SHARED_FT} (FT)")
+    judged(rd, rd.values["FT"], lambda v: v <= TARGET_SHARED_FT)
+    re_us = Row("e. chain backward, 1 thread, µs/node (control: raw-numpy floor)",
+                pair(lambda s: median(s["e_tg"]) * 1e6, lambda s: median(s["e_floor"]) * 1e6), show_ratio=False)
+    re_pure = Row("e. pure-Python chain walk, µs/node (informational control)",
+                  {"GIL control": median(G["e_pure"]) * 1e6 if G else None,
+                   "FT control": median(F["e_pure"]) * 1e6 if F else None}, show_ratio=False)
+    rows = [ra, ra_ms, rb, rb_ms, rc, rc_rel, rd, re_us, re_pure]
+    if G and F:
+        # Within each process, threadgrad per node / the floor per node, repeat by repeat, cancels
+        # the machine's speed of the moment; the FT/GIL ratio of that is the excess penalty.
+        tg_pen = median(F["e_tg"]) / median(G["e_tg"])
+        floor_pen = median(F["e_floor"]) / median(G["e_floor"])
+        pure_pen = median(F["e_pure"]) / median(G["e_pure"])
+        excess = paired_ratio(F["e_tg"], F["e_floor"]) / paired_ratio(G["e_tg"], G["e_floor"])
+        rp = Row("e. FT/GIL per-node penalty (control: the floor's own FT/GIL)",
+                 {"FT": tg_pen, "FT control": floor_pen, "GIL control": pure_pen}, target=f"≤ {TARGET_PENALTY}x the control's")
+        judged(rp, excess, lambda v: v <= TARGET_PENALTY)
+        rows.append(rp)
+    t.rows = rows
+    halves = [h for h in (gil, ft) if h]
+    t.notes = [
+        "**1 worker** = `set_cpu_workers(0)` (the caller alone runs every cpu node, the default); **2 workers** = "
+        "`set_cpu_workers(1)` (the caller and one helper thread). Speedups are t(1) / t(2); time ratios t(threads) / "
+        "t(in a row). **judged**: the figure compared with the target, for the build the target names.",
+        "Controls (same repeats, interleaved with the measured runs, so the machine's state of the moment hits both): "
+        f"a, c, d: the backward's math as raw numpy calls in a Python loop, one call per node, no engine, split the same "
+        f"way over the same threads (for c and d, {5} passes per call so a call lasts about as long as one threadgrad "
+        "backward); b: the towers' backward math in raw numpy (64 matmuls and the tanh gradients), 4 towers on each "
+        "of 2 threads vs 8 on one. A control's figure is the ceiling this machine and interpreter allowed at the time.",
+        f"a: workload 2's graph (4,001 nodes). b: {TOWERS} towers of {TOWER_DEPTH} layers `tanh(h @ W)`, W float64 "
+        f"{TOWER_WIDTH}x{TOWER_WIDTH}, input {TOWER_BATCH}x{TOWER_WIDTH} shared by the towers (its AccumulateGrad "
+        f"gets {TOWERS} gradients), outputs summed, then `sum`. c, d: a chain of {TINY_CHAIN:,} tiny ops (workload 1's "
+        "ops), each thread in c with its own leaf and constant; in d all 4 calls accumulate into one leaf. e: the chain "
+        f"of {halves[0]['chain_e'] if halves else CHAIN_N:,} ops; the penalty row's judged figure is the median over "
+        "repeats of threadgrad's µs/node over the floor's, FT over GIL (the pure-Python walk's FT/GIL ratio sits in the "
+        "GIL control column, for information).",
+        "Each build runs in a subprocess of its interpreter (`benchmarks/parallel.py --json`) started with "
+        f"{', '.join(f'{k}=1' for k in list(_BLAS_ENV)[:3])}. "
+        + "; ".join(f"{'GIL' if h['gil'] else 'FT'}: Python {h['python']}, numpy {h['numpy']}, {h['blas']}, "
+                    f"median of {h['repeats']} repeats after a warm-up ({h['repeats'] * h['inner']} samples for c and d), "
+                    f"load average {h['load'][0]} at start / {h['load'][1]} at end" for h in halves) + ".",
+        f"On a 2-core machine 2.0 is the ceiling of every speedup and 0.5 the floor of d; other processes running "
+        "beside the benchmark take from both sides of each ratio, which is why every figure stands beside its control.",
+    ]
+    if ft_note:
+        t.notes.append(f"Free-threaded half not run: {ft_note}.")
+    return t
+
+
+def parallel(quick: bool, ft_python: str | None = None) -> Table:
+    """The ``parallel`` workload of run_all.py: both halves, merged into one table."""
+    log("parallel: GIL build (subprocess, BLAS single-threaded)")
+    gil = run_half(sys.executable, quick)
+    py, why = find_ft_python(ft_python)
+    ft = None
+    if py is not None:
+        log(f"parallel: free-threaded build ({py})")
+        ft = run_half(py, quick)
+    else:
+        log(f"parallel: free-threaded half skipped: {why}")
+    return make_table(gil, ft, why)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer repeats, a shorter chain for e")
+    p.add_argument("--json", action="store_true", help="run this interpreter's half; print raw timings as JSON")
+    p.add_argument("--ft-python", default=None, help="free-threaded interpreter (default: .venv-ft, then "
+                   "../shared/tools/freethreaded-python)")
+    args = p.parse_args(argv)
+    if args.json:
+        print(json.dumps(worker(args.quick)))
+        return 0
+    started = time.perf_counter()
+    t = parallel(args.quick, args.ft_python)
+    text = (f"# threadgrad: parallel workload{' (--quick)' if args.quick else ''}\n\n"
+            f"- Wall time: {time.perf_counter() - started:.0f} s; {os.cpu_count()} CPUs.\n\n" + t.markdown())
+    print(text)
+    path = write_result("parallel.md", text)
+    print(f"(written to {os.path.relpath(path, ROOT)})")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
