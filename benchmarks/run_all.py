@@ -57,9 +57,11 @@ from _common import ROOT, RESULTS_DIR, Table, fmt, load_average, machine_summary
 import workloads as W  # noqa: E402
 from bounds import bounds  # noqa: E402
 from isolated import isolated  # noqa: E402
+from parallel import parallel  # noqa: E402
 from backends import available_backends  # noqa: E402
 
-WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "calls", "breakdown", "bounds", "isolated")
+WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "calls", "parallel", "breakdown", "bounds",
+             "isolated")
 DOCS_PLOT = os.path.join(ROOT, "docs", "img", "us_per_node.png")
 
 
@@ -81,6 +83,8 @@ def _summary(tables: list[Table]) -> str:
                 value = f"{ours:.2f}x numpy"
             elif t.key == "features":
                 value = f"{r.values['threadgrad / ref']:.2f}x ref"
+            elif t.key == "parallel":
+                value = f"{r.ratio:.2f}"  # the figure the target judges, for the build it names
             elif r.show_ratio and r.ratio_to_torch() is not None:
                 value = f"{r.ratio_to_torch():.2f}x torch ({fmt(ours)})"
             else:
@@ -98,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave out a peer library even if it is installed (repeatable)")
     p.add_argument("--no-peers", action="store_true", help="threadgrad only")
     p.add_argument("--blas-threads", default=None, help="BLAS / torch intra-op threads (default 1; read before numpy loads)")
+    p.add_argument("--ft-python", default=None,
+                   help="free-threaded interpreter for the parallel workload (default: .venv-ft, then "
+                        "../shared/tools/freethreaded-python; it needs numpy)")
     args = p.parse_args(argv)
 
     only = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -143,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         tables.append(W.features(backends, quick))
     if "calls" in todo:
         tables.append(W.calls(backends, quick))
+    if "parallel" in todo:
+        tables.append(parallel(quick, args.ft_python))
     if "isolated" in todo:
         tables.append(isolated(backends, quick))
     if "bounds" in todo:  # before the breakdown, so its cProfile listing stays next to its table
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- Load average (1 min) at start / end: {load0} / {load_average()} "
         f"(anything above 0 on {os.cpu_count()} CPUs is another process competing).",
         f"- Wall time of this run: {elapsed:.0f} s. BLAS and torch intra-op threads: {BLAS_THREADS} "
-        "(`--blas-threads`; workload 5 always runs in a subprocess with 1).",
+        "(`--blas-threads`; workloads 5 and 9 always run in subprocesses with 1).",
         "- Arrays are float64 of shape (16,) unless stated. Libraries alternate within each repeat (in the chain, wide, MLP and "
         "bounds workloads each timed sample follows an untimed one of the same library: Note [Warm samples] in "
         "benchmarks/backends.py); µs and ms "
