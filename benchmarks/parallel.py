@@ -66,6 +66,8 @@ from workloads import (  # noqa: E402
 )
 
 TOWERS, TOWER_DEPTH, TOWER_WIDTH, TOWER_BATCH = 8, 4, 256, 64
+FLOOR_PASSES = 5  # c, d: a floor call lasts about as long as one threadgrad backward of the chain
+BIG_BRANCHES, BIG_SIZE = 32, 65_536  # a2: 512 KiB float64 arrays, well past numpy's GIL-release size
 FT_TOOL = os.path.join(os.path.dirname(ROOT), "shared", "tools", "freethreaded-python")
 
 # Targets (issue 21, part 3): (row key, build judged, comparison, bound).
@@ -83,10 +85,19 @@ def gil_enabled() -> bool:
 
 # --- the graphs and their controls --------------------------------------------------------
 
-def _wide_floor(branches: int) -> Callable[[int, int], numpy.ndarray]:
+def _wide_inputs(size: int | None) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """The wide graph's leaf values and constants: workload 2's, or ``size`` elements each."""
+    xa, _, c1a, c2a = make_inputs()
+    if size is not None:
+        xa = numpy.random.default_rng(4).standard_normal(size)
+        c1a, c2a = numpy.full(size, c1a[0]), numpy.full(size, c2a[0])
+    return xa, c1a, c2a
+
+
+def _wide_floor(branches: int, size: int | None = None) -> Callable[[int, int], numpy.ndarray]:
     """The wide backward's math as raw numpy, one Python call per op node, no engine:
     ``part(k, step)`` runs branches k, k + step, ... and returns their summed leaf gradient."""
-    xa, _, c1a, c2a = make_inputs()
+    xa, c1a, c2a = _wide_inputs(size)
     saved = [numpy.tanh(xa * c1a) for _ in range(branches)]  # each branch's own tanh output
     mul2 = lambda g: g * c2a  # noqa: E731
     tanh_bw = lambda g, y: g - g * y * y  # noqa: E731
@@ -200,30 +211,32 @@ def worker(quick: bool) -> dict[str, Any]:
     xa, ca, c1a, c2a = make_inputs()
     c1, c2 = b.const(c1a), b.const(c2a)
 
-    # a. wide graph, one backward, 1 worker vs 2.
-    branches = WIDE_BRANCHES
-    wide_part = _wide_floor(branches)
-    ref = wide_part(0, 1)
+    # a. wide graph, one backward, 1 worker vs 2; a2: the same shape with big arrays, whose
+    # elementwise kernels release the GIL.
+    for key, branches, size in (("a", WIDE_BRANCHES, None), ("a2", BIG_BRANCHES, BIG_SIZE)):
+        wide_part = _wide_floor(branches, size)
+        ref = wide_part(0, 1)
+        wxa, wc1a, wc2a = _wide_inputs(size)
+        wc1, wc2 = b.const(wc1a), b.const(wc2a)
 
-    def wide_sample(n: int) -> tuple[float, numpy.ndarray]:
-        tg.autograd.set_cpu_workers(n)
-        b.sample(lambda bb, x: build_wide(bb, x, c1, c2, branches), xa)  # untimed: starts the helper
-        _, bw, g = b.sample(lambda bb, x: build_wide(bb, x, c1, c2, branches), xa)
-        return bw, g
+        def build(bb: Any, x: Any, branches: int = branches, wc1: Any = wc1, wc2: Any = wc2) -> Any:
+            return build_wide(bb, x, wc1, wc2, branches)
 
-    log(f"parallel: a. wide, {branches:,} branches x{repeats}")
-    for r in range(repeats + 1):
-        order = (0, 1) if r % 2 else (1, 0)  # alternate which goes first
-        for n in order:
-            bw, g = wide_sample(n)
-            put(f"a_w{n}", bw, r)
-            if r == 0 and not _close(g, ref):
-                raise AssertionError(f"wide: threadgrad's gradient with {n} helper(s) differs from numpy's")
-        with gc_paused():
-            put("a_c1", _run_threads([lambda: wide_part(0, 1)]), r)
-            put("a_c2", _run_threads([lambda: wide_part(0, 2), lambda: wide_part(1, 2)]), r)
-    tg.autograd.set_cpu_workers(0)
-    assert _close(wide_part(0, 2) + wide_part(1, 2), ref)
+        log(f"parallel: {key}. wide, {branches:,} branches of {len(wxa):,} elements x{repeats}")
+        for r in range(repeats + 1):
+            for n in ((0, 1) if r % 2 else (1, 0)):  # alternate which goes first
+                tg.autograd.set_cpu_workers(n)
+                b.sample(build, wxa)  # untimed: starts the helper
+                _, bw, g = b.sample(build, wxa)
+                put(f"{key}_w{n}", bw, r)
+                if r == 0 and not _close(g, ref):
+                    raise AssertionError(f"wide: threadgrad's gradient with {n} helper(s) differs from numpy's")
+            with gc_paused():
+                put(f"{key}_c1", _run_threads([lambda: wide_part(0, 1)]), r)
+                put(f"{key}_c2", _run_threads([lambda: wide_part(0, 2), lambda: wide_part(1, 2)]), r)
+        tg.autograd.set_cpu_workers(0)
+        assert _close(wide_part(0, 2) + wide_part(1, 2), ref)
+        del wide_part, wc1, wc2
 
     # b. towers, one backward, 1 worker vs 2.
     towers = _Towers()
@@ -257,11 +270,10 @@ def worker(quick: bool) -> dict[str, Any]:
     inputs = [make_inputs(seed) for seed in (10, 11)]  # each chain its own leaf and constant
     own = [(b.const(ins[1]), ins[0]) for ins in inputs]
     floors = [numpy_floor_chain(ins[0], ins[1], chain_n) for ins in inputs]
-    passes = 5  # a floor call lasts about as long as one threadgrad backward of the chain
 
     def floor_call(k: int) -> Callable[[], None]:
         def run() -> None:
-            for _ in range(passes):
+            for _ in range(FLOOR_PASSES):
                 floors[k]()
         return run
 
@@ -297,7 +309,7 @@ def worker(quick: bool) -> dict[str, Any]:
     shared_floor = numpy_floor_chain(xa, ca, chain_n)
 
     def shared_floor_call() -> None:
-        for _ in range(passes):
+        for _ in range(FLOOR_PASSES):
             shared_floor()
 
     for r in range(repeats + 1):
@@ -432,6 +444,10 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     ra_rel = rel("a_w0", "a_w1", "a_c1", "a_c2", "a. wide: speedup / the control's")
     ra_ms = Row("a. wide, one backward with 1 worker, ms (control: 1 thread)",
                 pair(lambda s: median(s["a_w0"]) * 1e3, lambda s: median(s["a_c1"]) * 1e3), show_ratio=False)
+    ra2 = Row(f"a2. wide, {BIG_BRANCHES} branches of {BIG_SIZE:,}-element arrays: 2 workers vs 1, speedup",
+              pair(lambda s: _speedup(s, "a2_w0", "a2_w1"), lambda s: _speedup(s, "a2_c1", "a2_c2")), show_ratio=False)
+    ra2_ms = Row("a2. the same, one backward with 1 worker, ms (control: 1 thread)",
+                 pair(lambda s: median(s["a2_w0"]) * 1e3, lambda s: median(s["a2_c1"]) * 1e3), show_ratio=False)
     rb = Row(f"b. towers ({TOWERS}x{TOWER_DEPTH} layers, {TOWER_WIDTH}x{TOWER_WIDTH}), one backward: 2 workers vs 1, "
              "speedup", pair(lambda s: _speedup(s, "b_w0", "b_w1"), lambda s: _speedup(s, "b_c1", "b_c2")),
              target=f"≥ {TARGET_TOWERS_GIL} (GIL)")
@@ -454,51 +470,63 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     re_pure = Row("e. pure-Python chain walk, 1 thread, µs/node (informational control)",
                   {"GIL control": median(G["e_pure"]) * 1e6 if G else None,
                    "FT control": median(F["e_pure"]) * 1e6 if F else None}, show_ratio=False)
-    rows = [ra, ra_rel, ra_ms, rb, rb_rel, rb_ms, rc, rc_rel, rd, re_us, re_pure]
+    rows = [ra, ra_rel, ra_ms, ra2, ra2_ms, rb, rb_rel, rb_ms, rc, rc_rel, rd, re_us, re_pure]
     if G and F:
         # Within each process, threadgrad per node / the floor per node, repeat by repeat, cancels
         # the machine's speed of the moment; the FT/GIL ratio of that is the excess penalty.
         excess = paired_ratio(F["e_tg"], F["e_floor"]) / paired_ratio(G["e_tg"], G["e_floor"])
         rp = Row("e. FT/GIL per-node time: threadgrad (FT) and the floor (FT control)",
-                 {"FT": median(F["e_tg"]) / median(G["e_tg"]), "FT control": median(F["e_floor"]) / median(G["e_floor"])},
+                 {"FT": median(F["e_tg"]) / median(G["e_tg"]),
+                  "FT control": median(F["e_floor"]) / median(G["e_floor"])},
                  target=f"≤ {TARGET_PENALTY}x the control's")
         judged(rp, excess, lambda v: v <= TARGET_PENALTY)
         rows.append(rp)
     t.rows = rows
     halves = [h for h in (gil, ft) if h]
+    e_ops = halves[0]["chain_e"] if halves else CHAIN_N
     t.notes = [
-        "**1 worker** = `set_cpu_workers(0)` (the caller alone runs every cpu node, the default); **2 workers** = "
-        "`set_cpu_workers(1)` (the caller and one helper thread). Speedups are t(1) / t(2); time ratios t(threads) / "
-        "t(in a row). **judged**: the figure compared with the target, for the build the target names.",
-        "Controls (same repeats, interleaved with the measured runs, so the machine's state of the moment hits both): "
-        f"a, c, d: the backward's math as raw numpy calls in a Python loop, one call per node, no engine, split the same "
-        f"way over the same threads (for c and d, {5} passes per call so a call lasts about as long as one threadgrad "
-        "backward); b: the towers' backward math in raw numpy (64 matmuls and the tanh gradients), 4 towers on each "
-        "of 2 threads vs 8 on one. A control's figure is the ceiling this machine and interpreter allowed at the time.",
-        f"a: workload 2's graph (4,001 nodes). b: {TOWERS} towers of {TOWER_DEPTH} layers `tanh(h @ W)`, W float64 "
-        f"{TOWER_WIDTH}x{TOWER_WIDTH}, input {TOWER_BATCH}x{TOWER_WIDTH} shared by the towers (its AccumulateGrad "
-        f"gets {TOWERS} gradients), outputs summed, then `sum`. c, d: a chain of {TINY_CHAIN:,} tiny ops (workload 1's "
-        "ops), each thread in c with its own leaf and constant; in d all 4 calls accumulate into one leaf. e: the chain "
-        f"of {halves[0]['chain_e'] if halves else CHAIN_N:,} ops; the penalty row's judged figure is the median over "
-        "repeats of threadgrad's µs/node over the floor's, FT over GIL: how much more threadgrad pays for the "
-        "free-threaded build than raw numpy calls from Python do. The pure-Python walk (one object and one method call "
-        "per node, floats, no numpy) shows the interpreter's penalty on bytecode alone.",
+        "**1 worker** = `set_cpu_workers(0)` (the caller alone runs every cpu node, the default); "
+        "**2 workers** = `set_cpu_workers(1)` (the caller and one helper thread). Speedups are t(1) / t(2); "
+        "time ratios t(threads) / t(in a row). **judged**: the figure compared with the target, for the build "
+        "the target names.",
+        "Controls, run in the same repeats and interleaved with the measured runs, so the machine's state of "
+        "the moment hits both: for a, a2, c and d the backward's math as raw numpy calls in a Python loop, one "
+        "call per node, no engine, split the same way over the same threads (for c and d, "
+        f"{FLOOR_PASSES} passes per call, so that a call lasts about as long as one threadgrad backward); for b "
+        f"the towers' backward math in raw numpy ({2 * TOWERS * TOWER_DEPTH} matmuls and the tanh gradients), "
+        f"{TOWERS // 2} towers on each of 2 threads vs {TOWERS} on one. A control's figure is the ceiling this "
+        "machine and interpreter allowed at the time.",
+        f"a: workload 2's graph (4,001 nodes). a2: the same shape, {BIG_BRANCHES} branches of float64 arrays of "
+        f"{BIG_SIZE:,} elements ({BIG_SIZE * 8 // 1024} KiB), whose elementwise kernels release the GIL (no "
+        f"target: does a worker help elementwise work with the GIL?). b: {TOWERS} towers of {TOWER_DEPTH} "
+        f"layers `tanh(h @ W)`, W float64 {TOWER_WIDTH}x{TOWER_WIDTH}, input {TOWER_BATCH}x{TOWER_WIDTH} shared "
+        f"by the towers (its AccumulateGrad gets {TOWERS} gradients), outputs summed, then `sum`. c, d: a chain "
+        f"of {TINY_CHAIN:,} tiny ops (workload 1's), each thread in c with its own leaf and constant; in d all "
+        f"4 calls accumulate into one leaf. e: the chain of {e_ops:,} ops; the penalty row's judged figure is "
+        "threadgrad's µs/node over the floor's, median over repeats, FT over GIL: how much more threadgrad pays "
+        "for the free-threaded build than raw numpy calls from Python do. The pure-Python walk (an object and "
+        "a method call per node, floats, no numpy) shows the interpreter's penalty on bytecode alone.",
         "Each build runs in a subprocess of its interpreter (`benchmarks/parallel.py --json`) started with "
         f"{', '.join(f'{k}=1' for k in list(_BLAS_ENV)[:3])}. "
         + "; ".join(f"{'GIL' if h['gil'] else 'FT'}: Python {h['python']}, numpy {h['numpy']}, {h['blas']}, "
-                    f"median of {h['repeats']} repeats after a warm-up ({h['repeats'] * h['inner']} samples for c and d), "
-                    f"load average {h['load'][0]} at start / {h['load'][1]} at end" for h in halves) + ".",
-        f"On a 2-core machine 2.0 is the ceiling of every speedup and 0.5 the floor of d; other processes running "
-        "beside the benchmark take from both sides of each ratio, which is why every figure stands beside its control.",
+                    f"median of {h['repeats']} repeats after a warm-up ({h['repeats'] * h['inner']} samples "
+                    f"for c and d), load average {h['load'][0]} at start / {h['load'][1]} at end"
+                    for h in halves) + ".",
+        "On a 2-core machine 2.0 is the ceiling of every speedup and 0.5 the floor of d; other processes "
+        "running beside the benchmark take from both sides of each ratio, which is why every figure stands "
+        "beside its control.",
     ]
+    # Controls that reach about 2.0 on an idle 2-core machine (the GIL build's tiny-op loops cannot).
     busy = [f"{name} {col} {v:.2f}" for name, v, col in (
-        ("a", ra.values["GIL control"], "GIL"), ("a", ra.values["FT control"], "FT"),
+        ("a", ra.values["FT control"], "FT"),
+        ("a2", ra2.values["GIL control"], "GIL"), ("a2", ra2.values["FT control"], "FT"),
         ("b", rb.values["GIL control"], "GIL"), ("b", rb.values["FT control"], "FT"),
         ("c", rc.values["FT control"], "FT")) if v is not None and v < 1.5]
     if busy:
-        t.notes.append("**The machine was busy**: controls that should reach about 2.0 stayed below 1.5 "
-                       f"({', '.join(busy)}), so another process held a core for much of the run; the measured "
-                       "figures beside them say little about the engine. Read the rows `/ the control's`, or run again.")
+        t.notes.append("**The machine was busy**: controls that reach about 2.0 on an idle machine stayed below "
+                       f"1.5 ({', '.join(busy)}): another process held a core for much of the run, and the "
+                       "measured figures beside them say little about the engine. Read the rows "
+                       "`/ the control's`, or run again.")
     if ft_note:
         t.notes.append(f"Free-threaded half not run: {ft_note}.")
     return t
