@@ -983,7 +983,10 @@ class Engine:
                 node, inputs, _ = nxt
                 nxt = None
         except BaseException as e:  # noqa: BLE001 - an engine bug: fail the task, keep the helper
-            self._abandon(None, gt, e)
+            err = RuntimeError(f"backward could not finish: engine thread {threading.current_thread().name} "
+                               f"failed on an internal error ({_describe(e)})")
+            err.__cause__ = e
+            self._fail(gt, err, None)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -1008,7 +1011,8 @@ class Engine:
         q = tls.local_queue
         # A parallel task's queue has other consumers: its driver waits in pop_until (Note
         # [Parallel cpu workers]).
-        pop = q.pop if not q.multi else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
+        serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
+        pop = q.pop if serial else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,
@@ -1053,7 +1057,7 @@ class Engine:
                     # comes first (only this thread pops q, so its top cannot move away).
                     node, inputs, tie = nxt
                     heap = q._heap
-                    if heap and not q.multi:  # (a parallel task's thread keeps its successor)
+                    if heap and serial:  # (a parallel task's thread keeps its successor)
                         prio = -(gt.prio_base | node.sequence_nr)
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
