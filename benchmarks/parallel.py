@@ -192,6 +192,15 @@ def _timed(fn: Callable[[], Any]) -> float:
         return time.perf_counter() - t0
 
 
+def _timed_cpu(fn: Callable[[], Any]) -> tuple[float, float]:
+    """Wall time and this process's CPU time (every thread's) of one call: CPU over wall says
+    how many threads were busy, and CPU with 2 workers over CPU with 1 what sharing costs."""
+    with gc_paused():
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+
 def _close(a: numpy.ndarray, b: numpy.ndarray) -> bool:
     return bool(numpy.allclose(a, b, rtol=1e-9, atol=1e-12))
 
@@ -227,8 +236,13 @@ def worker(quick: bool) -> dict[str, Any]:
             for n in ((0, 1) if r % 2 else (1, 0)):  # alternate which goes first
                 tg.autograd.set_cpu_workers(n)
                 b.sample(build, wxa)  # untimed: starts the helper
-                _, bw, g = b.sample(build, wxa)
+                x = b.leaf(wxa)
+                y = build(b, x)
+                bw, cpu = _timed_cpu(y.backward)
+                g = numpy.array(x.grad.data)
+                del x, y
                 put(f"{key}_w{n}", bw, r)
+                put(f"{key}_cpu{n}", cpu, r)
                 if r == 0 and not _close(g, ref):
                     raise AssertionError(f"wide: threadgrad's gradient with {n} helper(s) differs from numpy's")
             with gc_paused():
@@ -242,22 +256,23 @@ def worker(quick: bool) -> dict[str, Any]:
     towers = _Towers()
     tower_ref = towers.floor(range(TOWERS))
 
-    def towers_sample(n: int) -> tuple[float, numpy.ndarray]:
+    def towers_sample(n: int) -> tuple[float, float, numpy.ndarray]:
         tg.autograd.set_cpu_workers(n)
         for timed in (False, True):  # an untimed sample first (starts the helper, warms BLAS buffers)
             y, x, ws = towers.build()
-            dt = _timed(y.backward)
+            dt, cpu = _timed_cpu(y.backward)
             g = numpy.array(x.grad.data)
             del y, x, ws
-        return dt, g
+        return dt, cpu, g
 
     log(f"parallel: b. towers {TOWERS}x{TOWER_DEPTH} layers of {TOWER_WIDTH}x{TOWER_WIDTH} x{repeats}")
     half = TOWERS // 2
     for r in range(repeats + 1):
         order = (0, 1) if r % 2 else (1, 0)
         for n in order:
-            dt, g = towers_sample(n)
+            dt, cpu, g = towers_sample(n)
             put(f"b_w{n}", dt, r)
+            put(f"b_cpu{n}", cpu, r)
             if r == 0 and not _close(g, tower_ref):
                 raise AssertionError(f"towers: threadgrad's input gradient with {n} helper(s) differs from numpy's")
         with gc_paused():
@@ -444,10 +459,14 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     ra_rel = rel("a_w0", "a_w1", "a_c1", "a_c2", "a. wide: speedup / the control's")
     ra_ms = Row("a. wide, one backward with 1 worker, ms (control: 1 thread)",
                 pair(lambda s: median(s["a_w0"]) * 1e3, lambda s: median(s["a_c1"]) * 1e3), show_ratio=False)
+    ra_cpu = Row("a. CPU time of one backward (all threads), 2 workers / 1",
+                 pair(lambda s: paired_ratio(s["a_cpu1"], s["a_cpu0"])), show_ratio=False)
     ra2 = Row(f"a2. wide, {BIG_BRANCHES} branches of {BIG_SIZE:,}-element arrays: 2 workers vs 1, speedup",
               pair(lambda s: _speedup(s, "a2_w0", "a2_w1"), lambda s: _speedup(s, "a2_c1", "a2_c2")), show_ratio=False)
     ra2_ms = Row("a2. the same, one backward with 1 worker, ms (control: 1 thread)",
                  pair(lambda s: median(s["a2_w0"]) * 1e3, lambda s: median(s["a2_c1"]) * 1e3), show_ratio=False)
+    ra2_cpu = Row("a2. CPU time of one backward (all threads), 2 workers / 1",
+                  pair(lambda s: paired_ratio(s["a2_cpu1"], s["a2_cpu0"])), show_ratio=False)
     rb = Row(f"b. towers ({TOWERS}x{TOWER_DEPTH} layers, {TOWER_WIDTH}x{TOWER_WIDTH}), one backward: 2 workers vs 1, "
              "speedup", pair(lambda s: _speedup(s, "b_w0", "b_w1"), lambda s: _speedup(s, "b_c1", "b_c2")),
              target=f"≥ {TARGET_TOWERS_GIL} (GIL)")
@@ -455,6 +474,8 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     rb_rel = rel("b_w0", "b_w1", "b_c1", "b_c2", "b. towers: speedup / the control's")
     rb_ms = Row("b. towers, one backward with 1 worker, ms (control: 1 thread)",
                 pair(lambda s: median(s["b_w0"]) * 1e3, lambda s: median(s["b_c1"]) * 1e3), show_ratio=False)
+    rb_cpu = Row("b. CPU time of one backward (all threads), 2 workers / 1",
+                 pair(lambda s: paired_ratio(s["b_cpu1"], s["b_cpu0"])), show_ratio=False)
     rc = Row("c. 2 threads, each a backward of its own chain, vs both in a row: throughput",
              pair(lambda s: _speedup(s, "c_seq", "c_par"), lambda s: _speedup(s, "c_cseq", "c_cpar")),
              show_ratio=False)
@@ -470,7 +491,7 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     re_pure = Row("e. pure-Python chain walk, 1 thread, µs/node (informational control)",
                   {"GIL control": median(G["e_pure"]) * 1e6 if G else None,
                    "FT control": median(F["e_pure"]) * 1e6 if F else None}, show_ratio=False)
-    rows = [ra, ra_rel, ra_ms, ra2, ra2_ms, rb, rb_rel, rb_ms, rc, rc_rel, rd, re_us, re_pure]
+    rows = [ra, ra_rel, ra_ms, ra_cpu, ra2, ra2_ms, ra2_cpu, rb, rb_rel, rb_ms, rb_cpu, rc, rc_rel, rd, re_us, re_pure]
     if G and F:
         # Within each process, threadgrad per node / the floor per node, repeat by repeat, cancels
         # the machine's speed of the moment; the FT/GIL ratio of that is the excess penalty.
@@ -512,6 +533,10 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
                     f"median of {h['repeats']} repeats after a warm-up ({h['repeats'] * h['inner']} samples "
                     f"for c and d), load average {h['load'][0]} at start / {h['load'][1]} at end"
                     for h in halves) + ".",
+        "CPU time rows: the process's CPU time (`time.process_time`, every thread) during the backward with 2 "
+        "workers over that with 1, median of per-repeat ratios. 1.0 means sharing the nodes cost nothing; at "
+        "c, the speedup on 2 free cores cannot pass 2 / c. Unlike the wall-clock speedups it hardly depends on "
+        "whether another process holds a core.",
         "On a 2-core machine 2.0 is the ceiling of every speedup and 0.5 the floor of d; other processes "
         "running beside the benchmark take from both sides of each ratio, which is why every figure stands "
         "beside its control.",
