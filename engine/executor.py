@@ -393,8 +393,13 @@ class _SharedQueue(ReadyQueue):
                 self._cv.notify()
             offer = not self._offered
             self._offered = True
+        helpers = self._helpers
         if offer:
-            self._helpers.offer(self)
+            helpers.offer(self)
+        elif helpers.idle:
+            # Listed already, but a helper may sleep: each queued task wakes one (an unlocked
+            # read: a helper that goes to sleep later finds this queue listed and does not).
+            helpers.wake_one()
         return True
 
     def pop_until(self, gt: GraphTask) -> tuple:
@@ -432,7 +437,7 @@ class _CpuHelpers:
         self._engine = engine
         self._cv = threading.Condition(threading.Lock())
         self._queues: collections.deque[_SharedQueue] = collections.deque()
-        self._idle = 0
+        self.idle = 0  # helpers waiting for a listed queue (written under _cv)
         self._stopping = False
         self.n = 0
         self.threads: list[threading.Thread] = []
@@ -454,7 +459,12 @@ class _CpuHelpers:
     def offer(self, q: _SharedQueue) -> None:
         with self._cv:
             self._queues.append(q)
-            if self._idle:
+            if self.idle:
+                self._cv.notify()
+
+    def wake_one(self) -> None:
+        with self._cv:
+            if self.idle:
                 self._cv.notify()
 
     def _loop(self) -> None:
@@ -469,11 +479,11 @@ class _CpuHelpers:
                         return
                     if queues:
                         break
-                    self._idle += 1
+                    self.idle += 1
                     try:
                         self._cv.wait()
                     finally:
-                        self._idle -= 1
+                        self.idle -= 1
                 q = queues.popleft()
                 queues.append(q)  # in turn: every parallel backward in flight gets its share
             entry = q.steal()
