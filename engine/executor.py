@@ -396,12 +396,16 @@ class _SharedQueue(ReadyQueue):
             heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
             if self._waiters:
                 self._cv.notify()
-            offer = not self._offered
-            self._offered = True
+            if not self._offered:
+                # Listed under this lock, so a steal that unlists the queue (under it too) comes
+                # before or after the listing, never between: a helper's removal can then
+                # never precede the append it undoes (which left an unlisted queue in the list,
+                # for the helpers to spin on). Lock order: this lock, then the helpers'.
+                self._offered = True
+                self._helpers.offer(self)
+                return True
         helpers = self._helpers
-        if offer:
-            helpers.offer(self)
-        elif helpers.idle:
+        if helpers.idle:
             # Listed already, but a helper may sleep: each queued task wakes one (an unlocked
             # read: a helper that goes to sleep later finds this queue listed and does not).
             helpers.wake_one()
