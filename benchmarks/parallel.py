@@ -535,8 +535,8 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
                     for h in halves) + ".",
         "CPU time rows: the process's CPU time (`time.process_time`, every thread) during the backward with 2 "
         "workers over that with 1, median of per-repeat ratios. 1.0 means sharing the nodes cost nothing; at "
-        "c, the speedup on 2 free cores cannot pass 2 / c. Unlike the wall-clock speedups it hardly depends on "
-        "whether another process holds a core.",
+        "c, the speedup on 2 free cores cannot pass 2 / c. On a busy machine a helper that gets no core runs fewer "
+        "nodes, which lowers this figure too.",
         "On a 2-core machine 2.0 is the ceiling of every speedup and 0.5 the floor of d; other processes "
         "running beside the benchmark take from both sides of each ratio, which is why every figure stands "
         "beside its control.",
