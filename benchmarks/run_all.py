@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/run_all.py                 # full run (a few minutes on 2 cores)
-    python benchmarks/run_all.py --quick         # fewer repeats, peers capped harder (< 2 min)
+    python benchmarks/run_all.py --quick         # fewer repeats, peers capped harder (about 2-2.5 min)
     python benchmarks/run_all.py --only chain,mlp
     python benchmarks/run_all.py --skip-peer mygrad --skip-peer autograd
 
@@ -96,7 +96,7 @@ def _summary(tables: list[Table]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer repeats, smaller peer budgets (< 2 min)")
+    p.add_argument("--quick", action="store_true", help="fewer repeats, smaller peer budgets (about 2-2.5 min)")
     p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(WORKLOADS)}")
     p.add_argument("--skip-peer", action="append", default=[], choices=["torch", "autograd", "mygrad"],
                    help="leave out a peer library even if it is installed (repeatable)")
