@@ -392,14 +392,19 @@ def find_ft_python(given: str | None) -> tuple[str | None, str]:
     why = "no free-threaded interpreter: pass --ft-python PATH (see docs/freethreaded.md)"
     for py in candidates:
         if not os.path.exists(py):
+            if given:
+                why = f"{py} does not exist"
             continue
-        probe = subprocess.run([py, "-c", "import sys, numpy; print(sys._is_gil_enabled())"],
+        # The GIL state is read after numpy's import: an extension can switch the GIL back on.
+        probe = subprocess.run([py, "-c", "import sys\ntry:\n    import numpy\nexcept ImportError:\n    pass\n"
+                                "print(getattr(sys, '_is_gil_enabled', lambda: True)(), 'numpy' in sys.modules)"],
                                capture_output=True, text=True, timeout=120)
-        if probe.returncode != 0:
-            why = f"{py} cannot import numpy (install it: pip install --only-binary :all: 'numpy<2.5')"
+        gil, has_numpy = (probe.stdout.split() + ["?", "?"])[:2]
+        if gil == "True":
+            why = f"{py} runs with the GIL enabled (not a free-threaded build, or PYTHON_GIL=1)"
             continue
-        if probe.stdout.strip() != "False":
-            why = f"{py} runs with the GIL enabled"
+        if probe.returncode != 0 or has_numpy != "True":
+            why = f"{py} cannot import numpy (install it: pip install --only-binary :all: 'numpy<2.5')"
             continue
         return py, ""
     return None, why
