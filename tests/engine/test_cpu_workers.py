@@ -355,8 +355,11 @@ def test_random_programs_match_the_sequential_reference(workers, seed):
     expected = reference(program, be)
     workers(2)
     diffs = compare(expected, run(program, be, concurrent=True))
-    if expected.partial:  # a program hook raised: which independent hooks ran first is not fixed
-        diffs = [d for d in diffs if not d.startswith("hook ")]
+    faulty = {c["id"] for calls in program["threads"] for c in calls if c["fault"]}
+    if any(v[0] == "raised" and cid not in faulty for cid, v in expected.calls.items()):
+        # a call failed in a program hook: independent nodes may have run first (spec); the
+        # stress file's _schedule_dependent says more
+        diffs = [d for d in diffs if not (d.startswith("hook ") or ".grad: expected" in d)]
     assert not diffs, f"seed {seed}: {diffs}\nprogram: {dumps(program)}"
 
 
