@@ -985,3 +985,98 @@ def test_backward_async_futures(n):
         bad.result(timeout=30)
     (g,) = engine.grad_async(wide(x, 40), x).result(timeout=30)
     np.testing.assert_array_equal(g.data, wide_expected(x.data, 40)[0])
+
+
+# --- more meeting points ------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_set_cpu_workers_from_inside_a_running_backward(workers):
+    """A node that changes n: the running backward keeps its mode and finishes exactly; the
+    helpers beyond the new n retire after their node; the next backward has the new mode."""
+    log = Log()
+
+    class Resize(engine.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            log.add(engine.set_cpu_workers(ctx.k))
+            return g, None
+
+    workers(2)
+    x = f64([1.0, 2.0])
+    wide(x, 100, mid=lambda i, t: Resize.apply(t, 0) if i == 50 else t).backward()
+    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 100)[0])
+    assert workers(0) == 0
+    for t in helpers():
+        t.join(10)
+    assert helpers() == []
+    # serial backward raising n midway: it stays serial (all on the caller), the next is parallel
+    x = f64([1.0])
+    probes = Log()
+    wide(x, 60, mid=lambda i, t: Probe.apply(Resize.apply(t, 1) if i == 0 else t, probes, i)).backward()
+    assert probes.threads() == {threading.current_thread()}
+    assert workers(1) == 1
+    barrier = threading.Barrier(2)
+    (Probe.apply(x, probes, "a", barrier).sum() + Probe.apply(x, probes, "b", barrier).sum()).backward()
+    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 60)[0] + 2.0)
+
+
+@pytest.mark.timeout(60)
+def test_grad_captures_many_non_leaf_inputs(n):
+    x = f64([1.0, 2.0])
+    hs = [x * float(i + 1) for i in range(100)]
+    loss = ops.sum(ops.stack([h * float(i % 7 + 1) for i, h in enumerate(hs)]))
+    unused = f64([5.0])
+    grads = engine.grad(loss, hs + [unused, x], allow_unused=True)
+    for i, g in enumerate(grads[:100]):
+        assert g.tolist() == [float(i % 7 + 1)] * 2, i
+    assert grads[100] is None
+    assert grads[101].tolist() == [float(sum((i + 1) * (i % 7 + 1) for i in range(100)))] * 2
+    assert x.grad is None and all(h.grad is None for h in hs)
+
+
+@pytest.mark.timeout(60)
+def test_post_accumulate_grad_hooks_see_each_accumulation_under_eight_callers(n, run_in_threads):
+    """A leaf's accumulations are serialized: its post-accumulate hook runs once per call and
+    each time sees a .grad that is a whole number of calls' worth."""
+    x = f64([1.0, 2.0])
+    seen = []
+    lock = threading.Lock()
+
+    def hook(t):
+        with lock:
+            seen.append(t.grad.tolist())
+
+    x.register_post_accumulate_grad_hook(hook)
+    loss = wide(x, 50, mid=lambda i, t: t * t)
+    per_call = [2.0 * wide_grad_sq(50) * v for v in (1.0, 2.0)]
+    run_in_threads(8, lambda i: [loss.backward(retain_graph=True) for _ in range(5)])
+    assert x.grad.tolist() == [40 * v for v in per_call]
+    assert sorted(s[0] / per_call[0] for s in seen) == [float(k) for k in range(1, 41)]
+
+
+def wide_grad_sq(n: int) -> float:
+    """d/dx of wide(x, n, mid=t*t) is 2x times this."""
+    return float(sum((i % 5 + 1) * (i % 3 + 1) ** 2 for i in range(n)))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["all", "any"])
+def test_multi_grad_hook(n, mode):
+    """register_multi_grad_hook over tensors whose gradients are computed on different
+    threads: "all" fires once with every gradient, "any" once."""
+    fired = []
+    xs = [f64([float(i)]) for i in range(30)]
+    hs = [x * 2.0 for x in xs]
+    engine.register_multi_grad_hook(hs, lambda g: fired.append(g), mode=mode)
+    ops.sum(ops.stack([h * float(i + 1) for i, h in enumerate(hs)])).backward()
+    assert len(fired) == 1
+    if mode == "all":
+        assert [g.tolist() for g in fired[0]] == [[float(i + 1)] for i in range(30)]
+    else:
+        assert fired[0].tolist()[0] in [float(i + 1) for i in range(30)]
+    assert [x.grad.tolist() for x in xs] == [[2.0 * (i + 1)] for i in range(30)]
