@@ -1085,3 +1085,81 @@ def test_multi_grad_hook(n, mode):
     else:
         assert fired[0].tolist()[0] in [float(i + 1) for i in range(30)]
     assert [x.grad.tolist() for x in xs] == [[2.0 * (i + 1)] for i in range(30)]
+
+
+@pytest.mark.timeout(60)
+def test_the_profiler_sees_nodes_run_by_helpers(workers):
+    """A profile of a parallel backward lists every node once, on the thread that ran it: two
+    rows here, the caller's and a helper's (the two probes meet at a barrier)."""
+    workers(1)
+    log = Log()
+    barrier = threading.Barrier(2)
+    x = f64([1.0])
+    loss = Probe.apply(x, log, 0, barrier).sum() + Probe.apply(x * 2.0, log, 1, barrier).sum()
+    with tg.profiler.profile() as prof:
+        loss.backward()
+    nodes = [e for e in prof.events() if e.kind == "node"]
+    names = sorted(e.name for e in nodes)
+    assert names == sorted(["GraphRoot", "AddBackward0", "SumBackward0", "SumBackward0", "ProbeBackward",
+                            "ProbeBackward", "MulBackward0", "AccumulateGrad"])
+    probe_rows = {e.thread for e in nodes if e.name == "ProbeBackward"}
+    assert len(probe_rows) == 2 and len(prof.threads()) == 2
+    assert {e.task for e in nodes} == {1}
+    assert x.grad.tolist() == [3.0]
+
+
+@pytest.mark.timeout(60)
+def test_keyboard_interrupt_raised_by_a_node_on_a_helper(workers):
+    """A node that raises KeyboardInterrupt on a helper thread (it met the caller's node at a
+    barrier, so it runs beside it): the caller gets KeyboardInterrupt naming the node; the
+    helper survives and serves the next backward."""
+    workers(1)
+    main = threading.current_thread()
+
+    class InterruptOnHelper(engine.Function):
+        @staticmethod
+        def forward(ctx, x, barrier):
+            ctx.barrier = barrier
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            ctx.barrier.wait(BARRIER_TIMEOUT)
+            if threading.current_thread() is not main:
+                raise KeyboardInterrupt("stop on the helper")
+            return g, None
+
+    barrier = threading.Barrier(2)
+    x = f64([1.0])
+    loss = InterruptOnHelper.apply(x, barrier).sum() + InterruptOnHelper.apply(x * 2.0, barrier).sum()
+    with pytest.raises(KeyboardInterrupt, match=re.escape("stop on the helper [raised in InterruptOnHelperBackward")):
+        loss.backward()
+    before = helpers()
+    assert len(before) == 1
+    log = Log()
+    barrier = threading.Barrier(2)
+    y = f64([1.0])
+    (Probe.apply(y, log, 0, barrier).sum() + Probe.apply(y, log, 1, barrier).sum()).backward()
+    assert y.grad.tolist() == [2.0] and len(log.threads()) == 2
+    assert helpers() == before and before[0] in log.threads()  # the same helper: it survived
+
+
+@pytest.mark.timeout(60)
+def test_a_final_callback_that_runs_a_backward(n):
+    """A final callback (run by whichever thread finishes the call) may run a backward of its
+    own: it finishes, exactly, before the outer call returns."""
+    inner = []
+
+    def callback():
+        leaf = f64([2.0])
+        with engine.enable_grad():
+            out = wide(leaf, 30)
+        out.backward()
+        inner.append(leaf.grad.tolist())
+
+    x = f64([1.0])
+    loss = wide(x, 40, mid=lambda i, t: (t.register_hook(lambda g: engine.queue_callback(callback)), t)[1]
+                if i == 7 else t)
+    loss.backward()
+    assert inner == [wide_expected(np.ones(1), 30)[0].tolist()]
+    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 40)[0])
