@@ -55,7 +55,7 @@ thread into a task's routing: reentrant children are GraphTasks of their own, an
 nodes (``_fail`` takes the lock anyway). Skipping the lock saves about 1,770 instructions per
 node (chain backward 28,925 -> 27,155, benchmarks/instructions.py);
 ``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the
-switch happens.
+switch happens. A parallel task is shared from its start (Note [Parallel cpu workers]).
 
 Note [Errors]
 ~~~~~~~~~~~~~
@@ -165,7 +165,49 @@ benchmarks/ the nodes of each branch do (they outrank the other branches' queued
 being recorded later): its backward went from 39,683 to 33,972 instructions per node
 (benchmarks/instructions.py). ``test_run_order_is_the_priority_schedule_on_random_graphs``
 checks the order against a simulated priority schedule. A failed GraphTask drops the
-successor like any queued task (Note [Errors]).
+successor like any queued task (Note [Errors]). A parallel task's threads keep their
+successor without the comparison (Note [Parallel cpu workers]).
+
+Note [Parallel cpu workers]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+``set_cpu_workers(n)`` with n > 0 keeps n helper threads (``_CpuHelpers``, named
+``threadgrad-cpu-K``), and a backward called meanwhile is *parallel*:
+  * its cpu nodes go to a queue of its own (``_SharedQueue``), not to the caller's queue. The
+    caller drives the task as usual, popping that queue; each helper takes the top task of
+    the parallel queues in flight, one queue after the other (a queue is listed when a push
+    finds it unlisted, and unlisted by the helper that finds it empty), so concurrent
+    backward calls share the helpers in turn. While only one queue is listed, a helper goes
+    on taking its tasks without the helpers' lock, its thread state installed once (a steal
+    through the helpers' list costs a lock round trip and a state install more: on the wide
+    graph of benchmarks/, the cpu time of a 2-thread backward fell from 1.21x to 1.07x a
+    1-thread one on free-threaded 3.13). Every push to a listed queue wakes one sleeping
+    helper. Device nodes still go to their device worker;
+  * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
+    one): a wake-up push wakes every waiter, and the driver waits in ``pop_until``, which
+    returns once its task is done. ``_wake_owner`` always wakes a parallel queue: the thread
+    that completes the task may be a helper serving that very queue;
+  * the task is shared from the start (Note [Shared tasks]): every routing that touches a
+    dependency count, an input buffer, the queue or ``outstanding`` is under ``gt.lock``.
+    One kind needs none (``_chain_step``): a node whose outputs all go to one node that only
+    this edge reaches (its count was 1 when the task started: ``gt.single``, counted once in
+    ``_share``) and that runs next on this thread. No shared state changes there, and
+    ``outstanding`` is unchanged (one task ends, its successor starts); a chain runs with no
+    lock at all. A count read without the lock would not do: a node whose count another
+    thread has just lowered to 1 may not have that thread's gradient in its buffer yet;
+  * every thread that runs a node keeps the successor it made ready (Note [Continuation]
+    without the comparison: no exact order binds here, and it keeps a branch on one thread);
+  * a reentrant backward started by a cpu node of a parallel task is parallel too, with a queue
+    of its own driven by the thread that started it (inline, or past ``max_recursion_depth``
+    on a pool thread: Note [Reentrant backward]); helpers may take its nodes. The driver pops
+    only the child's queue, which cannot deadlock: the child needs none of the parent's
+    nodes. One started on a device worker keeps that worker's queue, as in the serial mode.
+What still holds: each node runs once, after all its inputs arrived; a node's hooks run in
+order on one thread; a leaf's accumulations are serialized (its AccumulateGrad's lock); final
+callbacks run after every node; a reentrant child finishes before the node that started it
+returns; the first error fails the task (Note [Errors]: nodes running elsewhere finish and
+route nothing). What does not: the order of independent nodes and the thread a node runs on.
+With n = 0 none of this code runs but a test of ``helpers.n`` per backward call and of
+``q.multi`` per driven task (and per continuation with a non-empty queue).
 
 Note [Streams]
 ~~~~~~~~~~~~~~
@@ -354,10 +396,19 @@ class _SharedQueue(ReadyQueue):
             heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
             if self._waiters:
                 self._cv.notify()
-            offer = not self._offered
-            self._offered = True
-        if offer:
-            self._helpers.offer(self)
+            if not self._offered:
+                # Listed under this lock, so a steal that unlists the queue (under it too) comes
+                # before or after the listing, never between: a helper's removal can then
+                # never precede the append it undoes (which left an unlisted queue in the list,
+                # for the helpers to spin on). Lock order: this lock, then the helpers'.
+                self._offered = True
+                self._helpers.offer(self)
+                return True
+        helpers = self._helpers
+        if helpers.idle:
+            # Listed already, but a helper may sleep: each queued task wakes one (an unlocked
+            # read: a helper that goes to sleep later finds this queue listed and does not).
+            helpers.wake_one()
         return True
 
     def pop_until(self, gt: GraphTask) -> tuple:
@@ -385,18 +436,6 @@ class _SharedQueue(ReadyQueue):
             was, self._offered = self._offered, False
             return not was
 
-    def requeue_unless_first(self, prio: int, tie: int | None, gt: Any, node: Any, inputs: Any) -> bool:
-        """Note [Continuation] for a queue other threads pop: under the lock, queue the
-        successor if a queued task comes first (True), else leave it to the caller (False)."""
-        with self._lock:
-            heap = self._heap
-            if not heap:
-                return False
-            top = heap[0]
-            if not (top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie))):
-                return False
-        return self.push(prio, gt, node, inputs, tie)
-
 
 class _CpuHelpers:
     """The ``set_cpu_workers(n)`` threads: each takes tasks from the queues of the parallel
@@ -407,8 +446,8 @@ class _CpuHelpers:
         self._engine = engine
         self._cv = threading.Condition(threading.Lock())
         self._queues: collections.deque[_SharedQueue] = collections.deque()
-        self._idle = 0
-        self._stopping = False
+        self.idle = 0  # helpers waiting for a listed queue (written under _cv)
+        self.stopping = False  # set by stop(), under _cv
         self.n = 0
         self.threads: list[threading.Thread] = []
 
@@ -421,7 +460,7 @@ class _CpuHelpers:
     def ensure(self) -> None:
         """Start threads up to ``n`` (a parallel backward is starting)."""
         with self._cv:
-            while len(self.threads) < self.n and not self._stopping:
+            while len(self.threads) < self.n and not self.stopping:
                 t = threading.Thread(target=self._loop, name=f"threadgrad-cpu-{next(_helper_names)}", daemon=True)
                 t.start()  # listed after it starts, under the lock: stop() never joins an unstarted thread
                 self.threads.append(t)
@@ -429,7 +468,12 @@ class _CpuHelpers:
     def offer(self, q: _SharedQueue) -> None:
         with self._cv:
             self._queues.append(q)
-            if self._idle:
+            if self.idle:
+                self._cv.notify()
+
+    def wake_one(self) -> None:
+        with self._cv:
+            if self.idle:
                 self._cv.notify()
 
     def _loop(self) -> None:
@@ -439,16 +483,16 @@ class _CpuHelpers:
         while True:
             with self._cv:
                 while True:
-                    if self._stopping or len(self.threads) > self.n:
+                    if self.stopping or len(self.threads) > self.n:
                         self.threads.remove(me)
                         return
                     if queues:
                         break
-                    self._idle += 1
+                    self.idle += 1
                     try:
                         self._cv.wait()
                     finally:
-                        self._idle -= 1
+                        self.idle -= 1
                 q = queues.popleft()
                 queues.append(q)  # in turn: every parallel backward in flight gets its share
             entry = q.steal()
@@ -458,13 +502,17 @@ class _CpuHelpers:
                         queues.remove(q)
                     except ValueError:
                         pass
-            elif entry is not True:
-                self._engine._help(q, entry)
+            elif entry is not True and self._engine._help(q, entry, self):
+                with self._cv:  # it took q's last task and found q empty after it: q is unlisted
+                    try:
+                        queues.remove(q)
+                    except ValueError:
+                        pass
             q = entry = None  # hold nothing of a finished task while waiting
 
     def stop(self) -> list[threading.Thread]:
         with self._cv:
-            self._stopping = True
+            self.stopping = True
             self._cv.notify_all()
             return list(self.threads)
 
@@ -479,7 +527,7 @@ class GraphTask:
         "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
         "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
         "owner_queue", "error", "done", "final_callbacks", "lock",
-        "uses_streams", "caller_streams", "leaf_streams", "shared", "__weakref__",
+        "uses_streams", "caller_streams", "leaf_streams", "shared", "single", "__weakref__",
     )
 
     def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
@@ -509,6 +557,7 @@ class GraphTask:
         self.final_callbacks: list[Callable[[], None]] = []
         self.lock = threading.Lock()
         self.shared = False  # another thread may route into this task: see Note [Shared tasks]
+        self.single: set | None = None  # parallel tasks: the nodes one edge reaches (Note [Parallel cpu workers])
         # See Note [Streams]: the caller's current stream per device, captured on its thread.
         self.uses_streams = devices.streams_in_use
         self.caller_streams = _current_streams() if self.uses_streams else None
@@ -863,7 +912,7 @@ class Engine:
                 # A parallel backward: its cpu nodes go to a queue of its own that the helpers
                 # take from too, so every routing is under gt.lock. Note [Parallel cpu workers].
                 q = _SharedQueue(helpers)
-                gt.shared = True
+                _share(gt)
                 if len(helpers.threads) < helpers.n:
                     helpers.ensure()
             else:
@@ -888,7 +937,7 @@ class Engine:
             # Started by a cpu node of a parallel backward: a parallel child, with its own queue,
             # which this thread (or the pool thread) drives. See Note [Parallel cpu workers].
             gt.owner_queue = _SharedQueue(prev_queue._helpers)
-            gt.shared = True
+            _share(gt)
         else:
             gt.owner_queue = prev_queue
         with gt.lock:
@@ -936,40 +985,43 @@ class Engine:
             tls.total_depth = 0
             left.set()
 
-    @staticmethod
-    def _requeue(q: _SharedQueue, prio: int, tie: int | None, gt: GraphTask, node: Node, inputs: list) -> bool:
-        """Note [Continuation] on a parallel task's queue: True if the successor went back to
-        ``q`` because a queued task comes first."""
-        if not q.requeue_unless_first(prio, tie, gt, node, inputs):
-            return False
-        if _profiler is not None:  # See Note [Profiler hooks]
-            _profiler.queued(gt, node)
-        return True
-
-    def _help(self, q: _SharedQueue, entry: tuple) -> None:
+    def _help(self, q: _SharedQueue, entry: tuple, helpers: _CpuHelpers) -> bool:
         """A cpu helper runs a task taken from a parallel GraphTask's queue, then the successors
-        it keeps back (Note [Continuation]), as the task's driver would. Leaves this thread's
-        state at its defaults. See Note [Parallel cpu workers]."""
+        it keeps back (Note [Continuation]), as the task's driver would; then more of ``q``'s
+        tasks while no other parallel queue is listed (no trip through the helpers' lock, and
+        this thread's state stays installed). Leaves this thread's state at its defaults.
+        Returns True if a steal unlisted ``q``. See Note [Parallel cpu workers]."""
         _, _, gt, node, inputs = entry
         entry = None
         tls.local_queue = q
         tls.total_depth = gt.depth
         _install(gt)
         run = self._run_task
+        queues = helpers._queues
+        unlisted = False
         try:
             while True:
                 if _profiler is None:
                     nxt = run(gt, node, inputs, True)
                 else:  # See Note [Profiler hooks]
                     nxt = _profiler.run_node(run, gt, node, inputs, True)
-                if nxt is None:
+                if nxt is not None:
+                    node, inputs, _ = nxt
+                    nxt = None
+                    continue
+                if len(queues) > 1 or len(helpers.threads) > helpers.n or helpers.stopping:
+                    break  # another backward waits for a helper, or this one is to retire
+                entry = q.steal()
+                if type(entry) is not tuple:
+                    unlisted = entry is False
                     break
-                node, inputs, tie = nxt
-                nxt = None
-                if q._heap and self._requeue(q, -(gt.prio_base | node.sequence_nr), tie, gt, node, inputs):
-                    break
+                node, inputs = entry[3], entry[4]  # (a parallel queue holds one task's nodes)
+                entry = None
         except BaseException as e:  # noqa: BLE001 - an engine bug: fail the task, keep the helper
-            self._abandon(None, gt, e)
+            err = RuntimeError(f"backward could not finish: engine thread {threading.current_thread().name} "
+                               f"failed on an internal error ({_describe(e)})")
+            err.__cause__ = e
+            self._fail(gt, err, None)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -979,6 +1031,7 @@ class Engine:
                 tls.anomaly, tls.anomaly_check_nan = False, True
             if used.saved_hooks:
                 tls.saved_hooks = ()
+        return unlisted
 
     def run_async(self, job: Callable[[], None]) -> None:
         """Run ``job`` (a whole backward call) on a pool thread."""
@@ -994,7 +1047,8 @@ class Engine:
         q = tls.local_queue
         # A parallel task's queue has other consumers: its driver waits in pop_until (Note
         # [Parallel cpu workers]).
-        pop = q.pop if not q.multi else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
+        serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
+        pop = q.pop if serial else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,
@@ -1039,12 +1093,8 @@ class Engine:
                     # comes first (only this thread pops q, so its top cannot move away).
                     node, inputs, tie = nxt
                     heap = q._heap
-                    if heap:
+                    if heap and serial:  # (a parallel task's thread keeps its successor)
                         prio = -(gt.prio_base | node.sequence_nr)
-                        if q.multi:  # the top may move away: decide under the queue's lock
-                            if self._requeue(q, prio, tie, gt, node, inputs):
-                                break
-                            continue
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
                             if _profiler is not None:  # See Note [Profiler hooks]
@@ -1102,6 +1152,10 @@ class Engine:
         # See Note [Completion] and Note [Shared tasks]: the lock only once another thread
         # may route into gt (measured: chain backward 28,925 -> 27,155 instructions/node).
         if gt.shared:
+            if gt.single is not None and may_defer and outputs:
+                nxt = _chain_step(gt, fn, outputs)  # See Note [Parallel cpu workers]
+                if nxt is not None:
+                    return nxt
             gt.lock.acquire()
         try:
             if outputs and gt.error is None:
@@ -1309,6 +1363,46 @@ class Engine:
         q = gt.owner_queue
         if tls.local_queue is not q or q.multi:  # (a helper serves q too: Note [Parallel cpu workers])
             q.push(_WAKE_PRIO, None, None, None)
+
+
+def _share(gt: GraphTask) -> None:
+    """Make ``gt`` a parallel task: routed under its lock, but for chain steps (_chain_step)."""
+    gt.shared = True
+    if not gt.uses_streams:
+        gt.single = {n for n, c in gt.dependencies.items() if c == 1}
+
+
+def _chain_step(gt: GraphTask, fn: Node, outputs: Any) -> tuple | None:
+    """Route ``fn``'s outputs without the task's lock when that changes nothing another thread
+    reads: they go to exactly one node, which only this edge reaches (its dependency count
+    was 1 when the task started), and which this thread runs next on cpu. Then no count,
+    buffer or queue is touched, and ``outstanding`` is unchanged (this task ends, its
+    successor starts). Returns the continuation, or None: take the locked path. See Note
+    [Parallel cpu workers]."""
+    edges = fn.next_edges
+    if gt.error is not None or len(outputs) != len(edges):
+        return None
+    runnable, cut, single = gt.runnable, gt.cut, gt.single
+    found = None
+    for edge, g in zip(edges, outputs):
+        nxt = edge[0]
+        if nxt is None:
+            continue
+        if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
+            continue
+        if found is not None or nxt not in single:  # type: ignore[operator]
+            return None
+        found = edge, g
+    if found is None:
+        return None
+    (nxt, nr), g = found
+    if g is not None and g.device.needs_worker:
+        return None
+    if nxt.num_inputs == 1:
+        return nxt, [g], None
+    buf = [None] * nxt.num_inputs
+    buf[nr] = g
+    return nxt, buf, None
 
 
 def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:

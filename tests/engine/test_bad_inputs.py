@@ -87,7 +87,7 @@ def test_grad_input_not_in_graph():
 
 def test_grad_with_no_inputs():
     x = engine.tensor([1.0], requires_grad=True)
-    with pytest.raises(RuntimeError, match="`inputs` argument to `grad\(\)` cannot be empty."):
+    with pytest.raises(RuntimeError, match=r"`inputs` argument to `grad\(\)` cannot be empty."):
         engine.grad((x * 2).sum(), [])
 
 

@@ -95,7 +95,7 @@ def test_non_reentrant_supports_second_order_through_parameters():
 def test_reentrant_refuses_grad_and_inputs_with_pytorch_message():
     x, w1, _ = _make()
     y = engine.checkpoint(lambda a: ops.tanh(a @ w1), x, use_reentrant=True).sum()
-    with pytest.raises(RuntimeError, match="checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
+    with pytest.raises(RuntimeError, match=r"checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
         engine.grad(y, x, retain_graph=True)
     with pytest.raises(RuntimeError, match="To resolve this error, you can either set use_reentrant=False, or call .backward"):
         y.backward(inputs=[x])
@@ -180,11 +180,11 @@ def test_use_reentrant_not_passed_warns_and_runs_reentrant():
                                          "use_reentrant=False is recommended"):
         y = engine.checkpoint(lambda a: ops.tanh(a @ w1), x).sum()
     assert y.grad_fn.next_functions[0][0].name() == "_CheckpointFunctionBackward"
-    with pytest.raises(RuntimeError, match="checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
+    with pytest.raises(RuntimeError, match=r"checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
         engine.grad(y, x)
     with pytest.warns(UserWarning, match="checkpoint_sequential: the use_reentrant parameter should be passed"):
         z = engine.checkpoint_sequential([ops.tanh, ops.exp], 2, x)
-    with pytest.raises(RuntimeError, match="checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
+    with pytest.raises(RuntimeError, match=r"checkpoint is incompatible with .grad\(\) or passing an `inputs` parameter"):
         engine.grad(z.sum(), x)
 
 
