@@ -25,15 +25,6 @@ import threadgrad as tg
 from threadgrad import engine, ops
 
 
-# Against 82188e6 these fail (BrokenBarrierError after BARRIER_TIMEOUT), most runs: a queue
-# already offered to the helpers wakes no second idle helper (_CpuHelpers.offer notifies one,
-# once per queue), so one backward gets at most one helper unless the others happen to be
-# awake. Not strict: a fresh helper that is not idle yet finds the queue by itself. Remove
-# the mark with the fix.
-HELPER_WAKE_BUG = pytest.mark.xfail(reason="bug in 82188e6: a second idle helper is never woken for one "
-                                           "backward's queue (see the comment above)", strict=False)
-
-
 @pytest.fixture
 def workers():
     """``workers(n)`` sets set_cpu_workers(n) for this test (which starts at n = 0, no
@@ -127,7 +118,6 @@ def test_lowering_n_to_zero_retires_the_helpers(workers):
 
 
 @pytest.mark.timeout(60)
-@HELPER_WAKE_BUG
 def test_lowering_n_from_two_to_one_retires_one_helper(workers):
     workers(2)
     x = f64([1.0])
@@ -266,7 +256,7 @@ def test_random_programs_match_the_sequential_reference(workers, seed):
 # --- 3. nodes really run at the same time ---------------------------------------------------
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("k", [1, pytest.param(2, marks=HELPER_WAKE_BUG)])
+@pytest.mark.parametrize("k", [1, 2])
 def test_independent_branches_run_at_the_same_time(workers, k):
     """k + 1 branches whose backward functions all wait at one barrier of k + 1: only k + 1
     threads running nodes at once get past it (n = 0 would deadlock: not run)."""
