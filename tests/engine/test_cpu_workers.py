@@ -472,3 +472,8 @@ def test_the_profiler_sees_nodes_run_by_helpers(workers):
     assert len(probe_rows) == 2 and len(prof.threads()) == 2
     assert {e.task for e in nodes} == {1}
     assert x.grad.tolist() == [3.0]
+    # the helper's row says what it is, and the work it took from the caller is a thread
+    # hand-off, not a device one
+    roles = sorted(prof.threads())
+    assert roles[0].startswith("caller (") and HELPER.match(roles[1].replace("cpu helper ", "threadgrad-cpu-"))
+    assert {h.kind for h in prof.handoffs()} == {"thread hand-off"}
