@@ -41,16 +41,19 @@ class ThreadRow:
         self.thread_name = thread.name
         self.ident = thread.ident
         name = thread.name
-        # Engine threads are named by executor.py: threadgrad-<device> and threadgrad-pool-<n>.
+        # Engine threads are named by executor.py: threadgrad-<device>, threadgrad-pool-<n> and
+        # threadgrad-cpu-<n> (the set_cpu_workers helpers).
         if name.startswith("threadgrad-pool-"):
             self.kind, self.role = "pool", "pool " + name[len("threadgrad-pool-"):]
+        elif name.startswith("threadgrad-cpu-"):
+            self.kind, self.role = "helper", "cpu helper " + name[len("threadgrad-cpu-"):]
         elif name.startswith("threadgrad-"):
             self.kind, self.role = "device", name[len("threadgrad-"):] + " worker"
         else:
             self.kind, self.role = "caller", f"caller ({name})"
 
     def sort_key(self) -> tuple:
-        return ({"caller": 0, "device": 1, "pool": 2}[self.kind], self.index)
+        return ({"caller": 0, "helper": 1, "device": 2, "pool": 3}[self.kind], self.index)
 
 
 class _Recorder:
