@@ -496,14 +496,10 @@ class _CpuHelpers:
                 q = queues.popleft()
                 queues.append(q)  # in turn: every parallel backward in flight gets its share
             entry = q.steal()
-            if entry is False:
+            # False: this steal unlisted q; or _help's last steal did (it took q's last task
+            # and found q empty after it). Either way this thread removes q from the list.
+            if entry is False or (entry is not True and self._engine._help(q, entry, self)):
                 with self._cv:
-                    try:
-                        queues.remove(q)
-                    except ValueError:
-                        pass
-            elif entry is not True and self._engine._help(q, entry, self):
-                with self._cv:  # it took q's last task and found q empty after it: q is unlisted
                     try:
                         queues.remove(q)
                     except ValueError:

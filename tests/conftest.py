@@ -11,7 +11,7 @@ import os
 import sys
 
 import pytest
-from threads_util import run_threads
+from threads_util import retire_cpu_helpers, run_threads
 
 from threadgrad import devices, engine
 
@@ -82,3 +82,16 @@ def run_in_threads():
     """``run_in_threads(n, fn)``: run ``fn(i)`` on n threads started together behind a
     barrier; re-raise the first exception any of them raised; return their results."""
     return lambda n, fn, timeout=50.0: run_threads(n, fn, timeout)
+
+
+@pytest.fixture
+def workers():
+    """``workers(n)`` sets set_cpu_workers(n) for this test (which starts at n = 0, no
+    helper alive); afterwards the previous n is back, and where that is 0 the helpers have
+    retired, so no other test sees them. (THREADGRAD_TEST_CPU_WORKERS runs the suite with
+    another n: see above.)"""
+    prev = engine.set_cpu_workers(0)
+    retire_cpu_helpers()
+    yield engine.set_cpu_workers
+    retire_cpu_helpers()
+    engine.set_cpu_workers(prev)

@@ -31,3 +31,19 @@ def run_threads(n: int, fn: Callable[[int], Any], timeout: float = 120.0, name: 
     if errors:
         raise errors[0]
     return results
+
+
+def cpu_helpers() -> list[threading.Thread]:
+    """The live ``set_cpu_workers`` helper threads."""
+    from threadgrad import engine
+    return [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-cpu-")]
+
+
+def retire_cpu_helpers(timeout: float = 10.0) -> None:
+    """``set_cpu_workers(0)`` and wait for the helpers to retire (else stop the engine's threads)."""
+    from threadgrad import engine
+    engine.set_cpu_workers(0)
+    for t in cpu_helpers():
+        t.join(timeout)
+    if cpu_helpers():  # test_lowering_n_to_zero_retires_the_helpers says why this is a failure
+        engine.get_engine().shutdown()

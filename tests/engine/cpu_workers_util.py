@@ -15,10 +15,6 @@ HELPER = re.compile(r"threadgrad-cpu-\d+$")
 
 # --- helpers ------------------------------------------------------------------------------
 
-def helpers() -> list[threading.Thread]:
-    return [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-cpu-")]
-
-
 def f64(values, requires_grad: bool = True, device=None) -> engine.Tensor:
     return engine.tensor(np.asarray(values, dtype=np.float64), dtype=np.float64, device=device,
                          requires_grad=requires_grad)
@@ -115,14 +111,6 @@ def wide_expected(x_val: np.ndarray, n: int, w_vals: list | None = None) -> tupl
     gx = sum(c[i] * w_vals[i] for i in range(n)) * np.ones_like(x_val)
     gws = [c[i] * x_val for i in range(n)]
     return gx, gws
-
-
-def retire_helpers(timeout: float = 10.0) -> None:
-    engine.set_cpu_workers(0)
-    for t in helpers():
-        t.join(timeout)
-    if helpers():  # test_lowering_n_to_zero_retires_the_helpers says why this is a failure
-        engine.get_engine().shutdown()
 
 
 def wide_grad_sq(n: int) -> float:

@@ -12,23 +12,11 @@ import threading
 
 import numpy as np
 import pytest
-from cpu_workers_util import (BARRIER_TIMEOUT, HELPER, Boom, Log, Nest, Probe, f64, helpers, retire_helpers, wide,
+from threads_util import cpu_helpers as helpers
+from cpu_workers_util import (BARRIER_TIMEOUT, HELPER, Boom, Log, Nest, Probe, f64, wide,
                               wide_expected, wide_grad_sq)
 
 from threadgrad import engine, ops
-
-
-@pytest.fixture
-def workers():
-    """``workers(n)`` sets set_cpu_workers(n) for this test (which starts at n = 0, no
-    helper alive); afterwards the previous n is back, and where that is 0 the helpers have
-    retired, so no other test sees them. (THREADGRAD_TEST_CPU_WORKERS runs the suite with
-    another n: tests/conftest.py.)"""
-    prev = engine.set_cpu_workers(0)
-    retire_helpers()
-    yield engine.set_cpu_workers
-    retire_helpers()
-    engine.set_cpu_workers(prev)
 
 
 @pytest.fixture(params=[0, 1, 2], ids=lambda n: f"n{n}")

@@ -14,6 +14,7 @@ import random
 import threading
 
 import pytest
+from threads_util import cpu_helpers as helpers
 from programs import ThreadgradBackend, compare, dumps, generate, outcome_from_json, reference, run
 from stress_helpers import assert_engine_usable, f64, run_threads
 
@@ -36,31 +37,6 @@ def _schedule_dependent(program: dict, expected, diffs: list) -> list:
     if any(v[0] == "raised" and cid not in faulty for cid, v in expected.calls.items()):
         return [d for d in diffs if not (d.startswith("hook ") or ".grad: expected" in d)]
     return diffs
-
-
-def helpers() -> list[threading.Thread]:
-    return [t for t in engine.get_engine().worker_threads() if t.name.startswith("threadgrad-cpu-")]
-
-
-def _retire_helpers(timeout: float = 10.0) -> None:
-    engine.set_cpu_workers(0)
-    for t in helpers():
-        t.join(timeout)
-    if helpers():  # test_lowering_n_to_zero_retires_the_helpers says why this is a failure
-        engine.get_engine().shutdown()
-
-
-@pytest.fixture
-def workers():
-    """``workers(n)`` sets set_cpu_workers(n) for this test (which starts at n = 0, no
-    helper alive); afterwards the previous n is back, and where that is 0 the helpers have
-    retired, so no other test sees them. (THREADGRAD_TEST_CPU_WORKERS runs the suite with
-    another n: tests/conftest.py.)"""
-    prev = engine.set_cpu_workers(0)
-    _retire_helpers()
-    yield engine.set_cpu_workers
-    _retire_helpers()
-    engine.set_cpu_workers(prev)
 
 
 class Meet(engine.Function):
