@@ -12,6 +12,8 @@ from threadgrad import devices, engine, ops
 
 # devices.cuda's examples need the fake cupy of tests/devices (test_streams.py runs them).
 SKIP = {"threadgrad.devices.cuda"}
+# Modules whose examples need an optional extra's package.
+NEEDS = {"threadgrad.viz": "graphviz"}
 # Each part is walked through its own __path__: an editable install maps the parts to the
 # repository's folders, which threadgrad.__path__ does not list.
 MODULES = ["threadgrad"] + sorted(
@@ -32,6 +34,8 @@ def test_every_part_is_walked() -> None:
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])  # an optional extra that is not installed
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
