@@ -183,7 +183,7 @@ Note [Parallel cpu workers]
     1-thread one on free-threaded 3.13). Every push to a listed queue wakes one sleeping
     helper. Device nodes still go to their device worker;
   * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
-    one): a wake-up push wakes every waiter, and the driver waits in ``pop_until``, which
+    one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=gt)``, which
     returns once its task is done. ``_wake_owner`` always wakes a parallel queue: the thread
     that completes the task may be a helper serving that very queue;
   * the task is shared from the start (Note [Shared tasks]): every routing that touches a
@@ -302,6 +302,9 @@ _SHUTDOWN_PRIO = 1 << 62  # last: a worker drains its queue before it stops
 _SEQ_BITS = 40
 
 
+_NOTHING = (0, 0, None, None, None)  # what pop(until) returns once that GraphTask is done
+
+
 class ReadyQueue:
     """A priority queue of NodeTasks, shared by every GraphTask that uses its thread.
 
@@ -331,7 +334,9 @@ class ReadyQueue:
                 self._cv.notify()
         return True
 
-    def pop(self) -> tuple:
+    def pop(self, until: Any = None) -> tuple:
+        """The next task; waits for one. ``until``: a GraphTask whose driver waits here (a
+        parallel task's queue, which holds no wake-ups): ``_NOTHING`` once it is done."""
         with self._lock:
             heap = self._heap
             if not heap:
@@ -339,6 +344,8 @@ class ReadyQueue:
                 try:
                     timeout = _signal_slice()
                     while not heap:
+                        if until is not None and until.done:
+                            return _NOTHING
                         self._cv.wait(timeout)
                 finally:
                     self._waiters -= 1
@@ -371,13 +378,10 @@ class ReadyQueue:
         return len(self._heap)
 
 
-_NOTHING = (0, 0, None, None, None)  # what pop_until returns once its GraphTask is done
-
-
 class _SharedQueue(ReadyQueue):
     """The cpu queue of one parallel GraphTask: its driver pops it, the cpu helpers steal from
     it. It never holds wake-up entries (a helper would take them): a wake-up push wakes every
-    waiter instead, and the driver waits in ``pop_until``, which returns once its task is done.
+    waiter instead, and the driver waits in ``pop(until=its task)``, which returns once it is done.
     See Note [Parallel cpu workers]."""
 
     __slots__ = ("_helpers", "_offered")
@@ -410,22 +414,6 @@ class _SharedQueue(ReadyQueue):
             # read: a helper that goes to sleep later finds this queue listed and does not).
             helpers.wake_one()
         return True
-
-    def pop_until(self, gt: GraphTask) -> tuple:
-        """The next task, or ``_NOTHING`` once ``gt`` is done (it is woken by ``push(.., None, ..)``)."""
-        with self._lock:
-            heap = self._heap
-            if not heap:
-                self._waiters += 1
-                try:
-                    timeout = _signal_slice()
-                    while not heap:
-                        if gt.done:
-                            return _NOTHING
-                        self._cv.wait(timeout)
-                finally:
-                    self._waiters -= 1
-            return heapq.heappop(heap)
 
     def steal(self) -> tuple | bool:
         """A helper's pop: the top task; else False if this call unlisted the queue (the
@@ -1041,10 +1029,10 @@ class Engine:
         root task, already counted as outstanding, run before the first pop. Restores the
         thread's state on exit."""
         q = tls.local_queue
-        # A parallel task's queue has other consumers: its driver waits in pop_until (Note
+        # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
         # [Parallel cpu workers]).
         serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
-        pop = q.pop if serial else (lambda: q.pop_until(wait_for))  # type: ignore[union-attr]
+        pop = q.pop if serial else (lambda: q.pop(wait_for))  # type: ignore[union-attr]
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,

@@ -56,8 +56,8 @@ def test_each_push_to_a_listed_queue_wakes_one_sleeping_helper():
 
 
 @pytest.mark.timeout(30)
-def test_pop_until_returns_once_the_task_is_done_and_holds_no_wake_up_entry():
-    """The driver of a parallel task waits in pop_until; a wake-up push wakes it without
+def test_pop_until_a_task_returns_once_it_is_done_and_holds_no_wake_up_entry():
+    """The driver of a parallel task waits in pop(until=its task); a wake-up push wakes it without
     queueing an entry a helper could take."""
     q = executor._SharedQueue(_RecordingHelpers())
 
@@ -66,9 +66,9 @@ def test_pop_until_returns_once_the_task_is_done_and_holds_no_wake_up_entry():
 
     task = Task()
     got = []
-    t = threading.Thread(target=lambda: got.append(q.pop_until(task)))
+    t = threading.Thread(target=lambda: got.append(q.pop(task)))
     t.start()
-    while not q._waiters:                    # the driver is asleep in pop_until
+    while not q._waiters:                    # the driver is asleep in pop
         threading.Event().wait(0.001)
     task.done = True
     q.push(executor._WAKE_PRIO, None, None, None)
