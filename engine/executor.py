@@ -188,12 +188,8 @@ Note [Parallel cpu workers]
     that completes the task may be a helper serving that very queue;
   * the task is shared from the start (Note [Shared tasks]): every routing that touches a
     dependency count, an input buffer, the queue or ``outstanding`` is under ``gt.lock``.
-    One kind needs none (``_chain_step``): a node whose outputs all go to one node that only
-    this edge reaches (its count was 1 when the task started: ``gt.single``, counted once in
-    ``_share``) and that runs next on this thread. No shared state changes there, and
-    ``outstanding`` is unchanged (one task ends, its successor starts); a chain runs with no
-    lock at all. A count read without the lock would not do: a node whose count another
-    thread has just lowered to 1 may not have that thread's gradient in its buffer yet;
+    One kind needs none: a node whose outputs all go to nodes that only this edge reaches
+    becomes private work of this thread (Note [Private work]);
   * every thread that runs a node keeps the successor it made ready (Note [Continuation]
     without the comparison: no exact order binds here, and it keeps a branch on one thread);
   * a reentrant backward started by a cpu node of a parallel task is parallel too, with a queue
@@ -208,6 +204,39 @@ returns; the first error fails the task (Note [Errors]: nodes running elsewhere 
 route nothing). What does not: the order of independent nodes and the thread a node runs on.
 With n = 0 none of this code runs but a test of ``helpers.n`` per backward call and of
 ``q.multi`` per driven task (and per continuation with a non-empty queue).
+
+Note [Private work]
+~~~~~~~~~~~~~~~~~~~
+In a parallel task, a node whose outputs all go to cpu nodes that only this edge reaches (their
+dependency count was 1 when the task started: ``gt.single``, counted once in ``_share``) routes
+them without the lock (``_private_step``): each is ready at once, and no other thread can ever
+reach it, so no count, buffer or queue is touched. The first runs next on this thread; the
+others go on the thread's *private* stack (``priv``, a list local to the loop that drives or
+helps: ``_thread_main``, ``_help``). ``outstanding`` does not change: the count of the node
+that ran passes to the work it made, and a thread holds one count for its node in hand and
+its whole stack together. When a node leaves no successor to run, the thread takes the top of
+its stack (still under that count) and gives the count back only once the stack is empty, so
+``outstanding`` reaches 0 only when no thread holds private work. A count read without the lock
+would not do instead of ``single``: a node whose count another thread has just lowered to 1
+may not have that thread's gradient in its buffer yet. Sharing the work back:
+  * after each node, if a thread of this task waits for work (a sleeping helper: ``idle``; the
+    driver in ``pop``: ``_waiters``; unlocked reads, a stale one only delays), the thread
+    queues its oldest private tasks, one per waiting thread, each counted in ``outstanding``
+    under the lock (``_publish``). The oldest are the largest subtrees left, in depth-first
+    order, so one hand-off splits a tree in halves;
+  * before a node that runs the user's code (hooks; a custom Function's backward, reentrant
+    checkpoint's included: ``Node.runs_user_code``), the thread queues all of its private
+    work: that code may wait for another branch of this backward (a barrier, a reentrant
+    backward whose nodes meet), and work held by a thread that waits would never run.
+    Built-in formulas never wait for other nodes, so holding work across them cannot
+    deadlock. (Saved-tensor unpack hooks run inside built-in formulas and are not covered:
+    one that waits for another branch hangs in torch and with n = 0 as well.);
+  * a failed task drops the stack with its count (Note [Errors]).
+Why: with every ready node pushed to the shared queue under ``gt.lock``, each routing moved the
+lock, the queue's lock, the task's counters and the helpers' state between cores. On the wide
+graph of benchmarks/ (free-threaded 3.13, 16-core machine) 2 workers took as long as 1 and twice
+the cpu time; with private work 1.3x faster (benchmarks/parallel.py, workload a; numbers in
+docs/performance.md).
 
 Note [Streams]
 ~~~~~~~~~~~~~~
@@ -983,12 +1012,13 @@ class Engine:
         run = self._run_task
         queues = helpers._queues
         unlisted = False
+        priv: list = []  # this thread's private work (Note [Private work]); empty when run returns None
         try:
             while True:
                 if _profiler is None:
-                    nxt = run(gt, node, inputs, True)
+                    nxt = run(gt, node, inputs, True, priv)
                 else:  # See Note [Profiler hooks]
-                    nxt = _profiler.run_node(run, gt, node, inputs, True)
+                    nxt = _profiler.run_node(run, gt, node, inputs, True, priv)
                 if nxt is not None:
                     node, inputs, _ = nxt
                     nxt = None
@@ -1038,6 +1068,7 @@ class Engine:
                  tls.anomaly_check_nan if used.anomaly else True,
                  tls.saved_hooks if used.saved_hooks else (), tls.current_task)
         run = self._run_task
+        priv = None if serial else []  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
@@ -1066,9 +1097,9 @@ class Engine:
                         _install(gt)
                         current = gt
                     if _profiler is None:
-                        nxt = run(gt, node, inputs, q is gt.owner_queue)
+                        nxt = run(gt, node, inputs, q is gt.owner_queue, priv)
                     else:  # See Note [Profiler hooks]
-                        nxt = _profiler.run_node(run, gt, node, inputs, q is gt.owner_queue)
+                        nxt = _profiler.run_node(run, gt, node, inputs, q is gt.owner_queue, priv)
                     if gt.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:
@@ -1100,10 +1131,14 @@ class Engine:
             if used.saved_hooks:
                 tls.saved_hooks = saved[3]
 
-    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, may_defer: bool) -> tuple | None:
+    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, may_defer: bool,
+                  priv: list | None = None) -> tuple | None:
         """Run one node and route its outputs (PyTorch's evaluate_function). Returns the one
-        ready cpu successor it kept back to run next on this thread, if ``may_defer``."""
+        ready cpu successor it kept back to run next on this thread, if ``may_defer``.
+        ``priv``: the private work of this thread in a parallel task (Note [Private work])."""
         outputs = None
+        if priv and (fn._hooks is not None or fn.runs_user_code):
+            self._publish(gt, priv, len(priv))  # the user's code may wait for it: Note [Private work]
         if gt.error is None:
             try:
                 if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
@@ -1136,9 +1171,11 @@ class Engine:
         # See Note [Completion] and Note [Shared tasks]: the lock only once another thread
         # may route into gt (measured: chain backward 28,925 -> 27,155 instructions/node).
         if gt.shared:
-            if gt.single is not None and may_defer and outputs:
-                nxt = _chain_step(gt, fn, outputs)  # See Note [Parallel cpu workers]
+            if priv is not None and outputs and gt.single is not None:
+                nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]
                 if nxt is not None:
+                    if priv:
+                        self._share_if_idle(gt, priv)
                     return nxt
             gt.lock.acquire()
         try:
@@ -1151,8 +1188,16 @@ class Engine:
                     # (else the backward returns normally with gradients missing).
                     if gt.error is None:
                         gt.error = err = e
-            gt.outstanding -= 1
-            last = gt.outstanding == 0
+            if nxt is None and priv and gt.error is None:
+                # This thread's count in ``outstanding`` covers its private work: it passes
+                # to the next private task (Note [Private work]).
+                nxt = priv.pop()
+                last = False
+            else:
+                if priv and gt.error is not None:
+                    priv.clear()  # the task failed: its work is dropped
+                gt.outstanding -= 1
+                last = gt.outstanding == 0
         finally:
             if gt.shared:  # held since the top, or taken by _push if this routing shared gt
                 gt.lock.release()
@@ -1161,7 +1206,27 @@ class Engine:
             err = None  # this frame may end up in err's traceback: no cycle through it
         if last:
             self._complete(gt)
+        elif priv and nxt is not None:
+            self._share_if_idle(gt, priv)
         return nxt
+
+    def _share_if_idle(self, gt: GraphTask, priv: list) -> None:
+        """Queue some of this thread's private work if a thread waits for work of this task
+        (a sleeping helper, or the driver waiting in pop): one task per waiting thread."""
+        q = gt.owner_queue
+        idle = q._helpers.idle + q._waiters  # (unlocked reads: a stale one only delays a share)
+        if idle:
+            self._publish(gt, priv, idle)
+
+    def _publish(self, gt: GraphTask, priv: list, k: int) -> None:
+        """Queue this thread's ``k`` oldest private tasks (the largest subtrees left, in the
+        depth-first order they were found), each counted in ``outstanding`` from now on."""
+        k = min(k, len(priv))
+        tasks = priv[:k]
+        del priv[:k]
+        with gt.lock:
+            for node, buf, _ in tasks:
+                self._push(gt, _cpu, node, buf)
 
     def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         if fn._hooks is not None and type(fn) is AccumulateGrad:
@@ -1350,43 +1415,49 @@ class Engine:
 
 
 def _share(gt: GraphTask) -> None:
-    """Make ``gt`` a parallel task: routed under its lock, but for chain steps (_chain_step)."""
+    """Make ``gt`` a parallel task: routed under its lock, but for private steps (Note [Private work])."""
     gt.shared = True
     if not gt.uses_streams:
         gt.single = {n for n, c in gt.dependencies.items() if c == 1}
 
 
-def _chain_step(gt: GraphTask, fn: Node, outputs: Any) -> tuple | None:
-    """Route ``fn``'s outputs without the task's lock when that changes nothing another thread
-    reads: they go to exactly one node, which only this edge reaches (its dependency count
-    was 1 when the task started), and which this thread runs next on cpu. Then no count,
-    buffer or queue is touched, and ``outstanding`` is unchanged (this task ends, its
-    successor starts). Returns the continuation, or None: take the locked path. See Note
-    [Parallel cpu workers]."""
+def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: list) -> tuple | None:
+    """Route ``fn``'s outputs without the task's lock when every one goes to a node that only
+    this edge reaches (its dependency count was 1 when the task started) and that runs on
+    cpu: such a node is ready now, and no other thread can ever reach it. The first is
+    returned to run next on this thread; the others go on ``priv``, this thread's private
+    work. No count, buffer, queue or ``outstanding`` changes. Returns None (then the locked
+    path routes) when any output goes elsewhere, or none goes anywhere. See Note [Private work]."""
     edges = fn.next_edges
     if gt.error is not None or len(outputs) != len(edges):
         return None
     runnable, cut, single = gt.runnable, gt.cut, gt.single
-    found = None
+    first = None
+    more = None
     for edge, g in zip(edges, outputs):
         nxt = edge[0]
         if nxt is None:
             continue
         if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
             continue
-        if found is not None or nxt not in single:  # type: ignore[operator]
+        if nxt not in single or (g is not None and g.device.needs_worker):  # type: ignore[operator]
             return None
-        found = edge, g
-    if found is None:
-        return None
-    (nxt, nr), g = found
-    if g is not None and g.device.needs_worker:
-        return None
-    if nxt.num_inputs == 1:
-        return nxt, [g], None
-    buf = [None] * nxt.num_inputs
-    buf[nr] = g
-    return nxt, buf, None
+        if nxt.num_inputs == 1:
+            task = (nxt, [g], None)
+        else:
+            buf = [None] * nxt.num_inputs
+            buf[edge[1]] = g
+            task = (nxt, buf, None)
+        if first is None:
+            first = task
+        elif more is None:
+            more = [task]
+        else:
+            more.append(task)
+    if more is not None:
+        more.reverse()  # the first edge's successor runs first, then the second's: depth first
+        priv.extend(more)
+    return first
 
 
 def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:

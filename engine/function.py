@@ -45,6 +45,7 @@ class FunctionCtx(Node):
                  "_in_meta", "_out_meta")
     runs_without_gradients = True  # torch runs a custom backward even when no gradient arrived
     computes_only_needed = False  # its post-hooks see what backward returned, as torch's
+    runs_user_code = True
 
     def name(self) -> str:
         return f"{self._fn_cls.__name__}Backward"

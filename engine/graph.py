@@ -411,6 +411,9 @@ class Node:
     # engine/function.py): refused in place under grad mode, as torch (ops/inplace.py).
     custom_view_outputs: tuple = ()
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
+    # Its backward is the user's code (custom Functions), which may wait for other threads:
+    # a parallel task's thread first shares the work it holds (Note [Private work] in executor.py).
+    runs_user_code = False
     _hooks: NodeHooks | None = None
     stream: tuple | None = None  # (device, stream) its forward ran on; see Note [Streams]
 

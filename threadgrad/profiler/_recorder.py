@@ -93,16 +93,17 @@ class _Recorder:
         return n
 
     # -- executor hooks (See Note [Profiler hooks] in engine/executor.py) ----------------
-    def run_node(self, run: Callable, gt: Any, node: Any, inputs: list, may_defer: bool) -> Any:
+    def run_node(self, run: Callable, gt: Any, node: Any, inputs: list, may_defer: bool,
+                 priv: list | None = None) -> Any:
         if gt.error is not None:  # a failed task's node is dropped, not run: nothing to show
-            return run(gt, node, inputs, may_defer)
+            return run(gt, node, inputs, may_defer, priv)
         row = self.row()
         name = node.name()
         device = _executor._buffer_device(inputs) if inputs else _executor._cpu
         queued = self._queued.pop((id(gt), id(node)), None)
         t0 = _now()
         try:
-            return run(gt, node, inputs, may_defer)
+            return run(gt, node, inputs, may_defer, priv)
         finally:
             t1 = _now()
             if self.stop is None:
