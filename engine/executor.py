@@ -208,17 +208,25 @@ With n = 0 none of this code runs but a test of ``helpers.n`` per backward call 
 Note [Private work]
 ~~~~~~~~~~~~~~~~~~~
 In a parallel task, a node whose outputs all go to cpu nodes that only this edge reaches (their
-dependency count was 1 when the task started: ``gt.single``, counted once in ``_share``) routes
-them without the lock (``_private_step``): each is ready at once, and no other thread can ever
-reach it, so no count, buffer or queue is touched. The first runs next on this thread; the
-others go on the thread's *private* stack (``priv``, a list local to the loop that drives or
-helps: ``_thread_main``, ``_help``). ``outstanding`` does not change: the count of the node
-that ran passes to the work it made, and a thread holds one count for its node in hand and
-its whole stack together. When a node leaves no successor to run, the thread takes the top of
-its stack (still under that count) and gives the count back only once the stack is empty, so
-``outstanding`` reaches 0 only when no thread holds private work. A count read without the lock
-would not do instead of ``single``: a node whose count another thread has just lowered to 1
-may not have that thread's gradient in its buffer yet. Sharing the work back:
+dependency count was 1 when the task started: ``gt.single``, counted once in ``_share``) or
+to leaves (AccumulateGrad) routes them without the lock (``_private_step``):
+  * a node only this edge reaches is ready at once, and no other thread can ever reach it, so
+    no count, buffer or queue is touched. The first runs next on this thread; the others go on
+    the thread's *private* stack (``priv``, a ``_Private`` local to the loop that drives or
+    helps: ``_thread_main``, ``_help``);
+  * a leaf that other edges reach too (a parameter shared by many branches) has a shared count,
+    so the thread sums the gradients it sends there (``priv.sums``: the sum and the number of
+    edges) and hands each sum over once, under the lock, when its stack runs out
+    (``_flush_sums``): the count drops by the edges summed, and the leaf is ready if that was
+    all of them. One locked routing per thread instead of one per edge; the sum's order
+    changes, which sums of three or more gradients may do in this mode anyway.
+``outstanding`` does not change: the count of the node that ran passes to the work it made, and
+a thread holds one count for its node in hand, its stack and its sums together. When a node
+leaves no successor to run, the thread takes the top of its stack (still under that count);
+once the stack is empty it hands its sums over and gives the count back, so ``outstanding``
+reaches 0 only when no thread holds private work or sums. A count read without the lock would
+not do instead of ``single``: a node whose count another thread has just lowered to 1 may not
+have that thread's gradient in its buffer yet. Sharing the work back:
   * after each node, if a thread of this task waits for work (a sleeping helper: ``idle``; the
     driver in ``pop``: ``_waiters``; unlocked reads, a stale one only delays), the thread
     queues its oldest private tasks, one per waiting thread, each counted in ``outstanding``
@@ -226,12 +234,13 @@ may not have that thread's gradient in its buffer yet. Sharing the work back:
     order, so one hand-off splits a tree in halves;
   * before a node that runs the user's code (hooks; a custom Function's backward, reentrant
     checkpoint's included: ``Node.runs_user_code``), the thread queues all of its private
-    work: that code may wait for another branch of this backward (a barrier, a reentrant
-    backward whose nodes meet), and work held by a thread that waits would never run.
+    work and hands its sums over (``_publish_all``): that code may wait for another branch of
+    this backward (a barrier, a reentrant backward whose nodes meet) or for a leaf's
+    accumulation, and work held by a thread that waits would never run.
     Built-in formulas never wait for other nodes, so holding work across them cannot
     deadlock. (Saved-tensor unpack hooks run inside built-in formulas and are not covered:
     one that waits for another branch hangs in torch and with n = 0 as well.);
-  * a failed task drops the stack with its count (Note [Errors]).
+  * a failed task drops the stack and the sums with its count (Note [Errors]).
 Why: with every ready node pushed to the shared queue under ``gt.lock``, each routing moved the
 lock, the queue's lock, the task's counters and the helpers' state between cores. On the wide
 graph of benchmarks/ (free-threaded 3.13, 16-core machine) 2 workers took as long as 1 and twice
@@ -1012,7 +1021,7 @@ class Engine:
         run = self._run_task
         queues = helpers._queues
         unlisted = False
-        priv: list = []  # this thread's private work (Note [Private work]); empty when run returns None
+        priv = _Private()  # this thread's private work (Note [Private work]); empty when run returns None
         try:
             while True:
                 if _profiler is None:
@@ -1068,7 +1077,7 @@ class Engine:
                  tls.anomaly_check_nan if used.anomaly else True,
                  tls.saved_hooks if used.saved_hooks else (), tls.current_task)
         run = self._run_task
-        priv = None if serial else []  # this thread's private work (Note [Private work])
+        priv = None if serial else _Private()  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
@@ -1132,13 +1141,13 @@ class Engine:
                 tls.saved_hooks = saved[3]
 
     def _run_task(self, gt: GraphTask, fn: Node, inputs: list, may_defer: bool,
-                  priv: list | None = None) -> tuple | None:
+                  priv: _Private | None = None) -> tuple | None:
         """Run one node and route its outputs (PyTorch's evaluate_function). Returns the one
         ready cpu successor it kept back to run next on this thread, if ``may_defer``.
         ``priv``: the private work of this thread in a parallel task (Note [Private work])."""
         outputs = None
-        if priv and (fn._hooks is not None or fn.runs_user_code):
-            self._publish(gt, priv, len(priv))  # the user's code may wait for it: Note [Private work]
+        if priv is not None and (fn._hooks is not None or fn.runs_user_code) and (priv or priv.sums):
+            self._publish_all(gt, priv)  # the user's code may wait for it: Note [Private work]
         if gt.error is None:
             try:
                 if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
@@ -1174,9 +1183,16 @@ class Engine:
             if priv is not None and outputs and gt.single is not None:
                 nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]
                 if nxt is not None:
-                    if priv:
-                        self._share_if_idle(gt, priv)
-                    return nxt
+                    if nxt is _ABSORBED:  # routed, but nothing became ready
+                        if not priv:
+                            outputs = None  # take the locked path below, with nothing to route
+                            nxt = None
+                        else:
+                            nxt = priv.pop()
+                    if nxt is not None:
+                        if priv:
+                            self._share_if_idle(gt, priv)
+                        return nxt
             gt.lock.acquire()
         try:
             if outputs and gt.error is None:
@@ -1188,14 +1204,22 @@ class Engine:
                     # (else the backward returns normally with gradients missing).
                     if gt.error is None:
                         gt.error = err = e
-            if nxt is None and priv and gt.error is None:
-                # This thread's count in ``outstanding`` covers its private work: it passes
-                # to the next private task (Note [Private work]).
-                nxt = priv.pop()
+            keep = False
+            if priv is not None:  # See Note [Private work]
+                if gt.error is not None:
+                    priv.clear()  # the task failed: its work is dropped
+                    priv.sums = None
+                elif nxt is None:
+                    if priv:
+                        # This thread's count in ``outstanding`` covers its private work: it
+                        # passes to the next private task.
+                        nxt = priv.pop()
+                        keep = True
+                    elif priv.sums is not None:
+                        nxt = self._flush_sums(gt, priv, True)
+            if keep:
                 last = False
             else:
-                if priv and gt.error is not None:
-                    priv.clear()  # the task failed: its work is dropped
                 gt.outstanding -= 1
                 last = gt.outstanding == 0
         finally:
@@ -1210,7 +1234,7 @@ class Engine:
             self._share_if_idle(gt, priv)
         return nxt
 
-    def _share_if_idle(self, gt: GraphTask, priv: list) -> None:
+    def _share_if_idle(self, gt: GraphTask, priv: _Private) -> None:
         """Queue some of this thread's private work if a thread waits for work of this task
         (a sleeping helper, or the driver waiting in pop): one task per waiting thread."""
         q = gt.owner_queue
@@ -1218,7 +1242,7 @@ class Engine:
         if idle:
             self._publish(gt, priv, idle)
 
-    def _publish(self, gt: GraphTask, priv: list, k: int) -> None:
+    def _publish(self, gt: GraphTask, priv: _Private, k: int) -> None:
         """Queue this thread's ``k`` oldest private tasks (the largest subtrees left, in the
         depth-first order they were found), each counted in ``outstanding`` from now on."""
         k = min(k, len(priv))
@@ -1227,6 +1251,42 @@ class Engine:
         with gt.lock:
             for node, buf, _ in tasks:
                 self._push(gt, _cpu, node, buf)
+
+    def _publish_all(self, gt: GraphTask, priv: _Private) -> None:
+        """Queue all of this thread's private work, and hand its leaf sums over."""
+        self._publish(gt, priv, len(priv))
+        if priv.sums is not None:
+            with gt.lock:
+                self._flush_sums(gt, priv, False)
+
+    def _flush_sums(self, gt: GraphTask, priv: _Private, keep_one: bool) -> tuple | None:
+        """Hand this thread's leaf sums over to the task (caller holds gt.lock): each leaf's
+        count drops by the edges summed, the sum goes into its buffer, and a leaf whose last
+        edge this was is ready: queued, or with ``keep_one`` the first returned to run next
+        (counted in ``outstanding``, as _route's continuation). See Note [Private work]."""
+        sums, priv.sums = priv.sums, None
+        deps, not_ready = gt.dependencies, gt.not_ready
+        kept = None
+        for leaf, (g, k) in sums.items():  # type: ignore[union-attr]
+            count = deps[leaf] - k
+            if count:
+                deps[leaf] = count
+                buf = not_ready.get(leaf)
+                if buf is None:
+                    buf = not_ready[leaf] = [None]
+                if g is not None:
+                    _buffer_add(buf, 0, g, leaf, False)
+                continue
+            del deps[leaf]
+            buf = not_ready.pop(leaf, None) or [None]
+            if g is not None:
+                _buffer_add(buf, 0, g, leaf, False)
+            if keep_one and kept is None:
+                gt.outstanding += 1
+                kept = (leaf, buf, None)
+            else:
+                self._push(gt, _cpu, leaf, buf)
+        return kept
 
     def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         if fn._hooks is not None and type(fn) is AccumulateGrad:
@@ -1421,17 +1481,42 @@ def _share(gt: GraphTask) -> None:
         gt.single = {n for n, c in gt.dependencies.items() if c == 1}
 
 
-def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: list) -> tuple | None:
-    """Route ``fn``'s outputs without the task's lock when every one goes to a node that only
-    this edge reaches (its dependency count was 1 when the task started) and that runs on
-    cpu: such a node is ready now, and no other thread can ever reach it. The first is
-    returned to run next on this thread; the others go on ``priv``, this thread's private
-    work. No count, buffer, queue or ``outstanding`` changes. Returns None (then the locked
-    path routes) when any output goes elsewhere, or none goes anywhere. See Note [Private work]."""
+class _Private(list):
+    """One thread's private work in one parallel task: the ready tasks it holds (the list, a
+    stack) and the gradients it summed for leaves other edges reach too (``sums``:
+    AccumulateGrad -> [sum or None, edges summed]). See Note [Private work]."""
+
+    __slots__ = ("sums",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums: dict | None = None
+
+
+_ABSORBED = (None, None, None)  # _private_step routed every output, and none became ready
+
+
+def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tuple | None:
+    """Route ``fn``'s outputs without the task's lock when each goes to a cpu node that only
+    this edge reaches (its dependency count was 1 when the task started), or to a leaf's
+    AccumulateGrad: the first kind is ready now and no other thread can ever reach it; a
+    leaf's gradients are summed here and handed over later (``_flush_sums``). Of the ready
+    ones the first is returned to run next on this thread and the others go on ``priv``.
+    No count, buffer, queue or ``outstanding`` changes. Returns ``_ABSORBED`` when every
+    output went to leaf sums, None when one cannot be routed so (the locked path routes
+    them all). See Note [Private work]."""
     edges = fn.next_edges
     if gt.error is not None or len(outputs) != len(edges):
         return None
     runnable, cut, single = gt.runnable, gt.cut, gt.single
+    for edge, g in zip(edges, outputs):  # every output or none: a partial routing would repeat
+        nxt = edge[0]
+        if nxt is None:
+            continue
+        if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
+            continue
+        if (g is not None and g.device.needs_worker) or (nxt not in single and type(nxt) is not AccumulateGrad):  # type: ignore[operator]
+            return None
     first = None
     more = None
     for edge, g in zip(edges, outputs):
@@ -1440,8 +1525,20 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: list) -> tuple | 
             continue
         if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
             continue
-        if nxt not in single or (g is not None and g.device.needs_worker):  # type: ignore[operator]
-            return None
+        if nxt not in single:  # type: ignore[operator]
+            # A leaf other edges reach too: its count is shared, so sum here (every edge
+            # counts, a None gradient too) and hand the sum over once (_flush_sums).
+            sums = priv.sums
+            if sums is None:
+                sums = priv.sums = {}
+            acc = sums.get(nxt)
+            if acc is None:
+                sums[nxt] = [g, 1]
+            else:
+                acc[1] += 1
+                if g is not None:
+                    _buffer_add(acc, 0, g, nxt, False)
+            continue
         if nxt.num_inputs == 1:
             task = (nxt, [g], None)
         else:
@@ -1457,7 +1554,7 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: list) -> tuple | 
     if more is not None:
         more.reverse()  # the first edge's successor runs first, then the second's: depth first
         priv.extend(more)
-    return first
+    return _ABSORBED if first is None else first
 
 
 def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:
