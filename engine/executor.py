@@ -1204,24 +1204,11 @@ class Engine:
                     # (else the backward returns normally with gradients missing).
                     if gt.error is None:
                         gt.error = err = e
-            keep = False
-            if priv is not None:  # See Note [Private work]
-                if gt.error is not None:
-                    priv.clear()  # the task failed: its work is dropped
-                    priv.sums = None
-                elif nxt is None:
-                    if priv:
-                        # This thread's count in ``outstanding`` covers its private work: it
-                        # passes to the next private task.
-                        nxt = priv.pop()
-                        keep = True
-                    elif priv.sums is not None:
-                        nxt = self._flush_sums(gt, priv, True)
-            if keep:
-                last = False
-            else:
+            if priv is None:
                 gt.outstanding -= 1
                 last = gt.outstanding == 0
+            else:
+                nxt, last = self._settle(gt, priv, nxt)
         finally:
             if gt.shared:  # held since the top, or taken by _push if this routing shared gt
                 gt.lock.release()
@@ -1233,6 +1220,22 @@ class Engine:
         elif priv and nxt is not None:
             self._share_if_idle(gt, priv)
         return nxt
+
+    def _settle(self, gt: GraphTask, priv: _Private, nxt: tuple | None) -> tuple:
+        """The end of a parallel thread's node, under gt.lock: the next task and whether the
+        task is done. This thread's count in ``outstanding`` covers its private work, so it
+        passes to the next private task; once the stack is empty the sums are handed over and
+        the count is given back. A failed task drops both. See Note [Private work]."""
+        if gt.error is not None:
+            priv.clear()
+            priv.sums = None
+        elif nxt is None:
+            if priv:
+                return priv.pop(), False
+            if priv.sums is not None:
+                nxt = self._flush_sums(gt, priv, True)
+        gt.outstanding -= 1
+        return nxt, gt.outstanding == 0
 
     def _share_if_idle(self, gt: GraphTask, priv: _Private) -> None:
         """Queue some of this thread's private work if a thread waits for work of this task
