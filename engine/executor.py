@@ -1551,13 +1551,22 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tupl
         if first is None:
             first = task
         elif more is None:
-            more = [task]
+            more = [first, task]
         else:
             more.append(task)
     if more is not None:
-        more.reverse()  # the first edge's successor runs first, then the second's: depth first
+        # This thread runs them as the serial schedule would: the highest priority first,
+        # equal keys in edge order (a stable sort), the rest from the top of its stack.
+        more.sort(key=_task_priority, reverse=True)
+        first = more[0]
+        more.reverse()
+        more.pop()
         priv.extend(more)
     return _ABSORBED if first is None else first
+
+
+def _task_priority(task: tuple) -> int:
+    return task[0].sequence_nr
 
 
 def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:
