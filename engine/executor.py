@@ -233,7 +233,8 @@ have that thread's gradient in its buffer yet. Sharing the work back:
     under the lock (``_publish``). The oldest are the largest subtrees left, in depth-first
     order, so one hand-off splits a tree in halves;
   * before a node that runs the user's code (hooks; a custom Function's backward, reentrant
-    checkpoint's included: ``Node.runs_user_code``), the thread queues all of its private
+    checkpoint's included; a leaf's post-accumulate-grad hooks: ``Node.runs_user_code``),
+    the thread queues all of its private
     work and hands its sums over (``_publish_all``): that code may wait for another branch of
     this backward (a barrier, a reentrant backward whose nodes meet) or for a leaf's
     accumulation, and work held by a thread that waits would never run.

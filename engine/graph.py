@@ -411,7 +411,8 @@ class Node:
     # engine/function.py): refused in place under grad mode, as torch (ops/inplace.py).
     custom_view_outputs: tuple = ()
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
-    # Its backward is the user's code (custom Functions), which may wait for other threads:
+    # It runs the user's code (a custom Function's backward; AccumulateGrad: post-accumulate-grad
+    # hooks; hooks in _hooks are tested apart), which may wait for other threads:
     # a parallel task's thread first shares the work it holds (Note [Private work] in executor.py).
     runs_user_code = False
     _hooks: NodeHooks | None = None
@@ -614,6 +615,12 @@ class AccumulateGrad(Node):
 
     def release_variables(self) -> None:
         pass
+
+    @property
+    def runs_user_code(self) -> bool:  # type: ignore[override]
+        """Its post-accumulate-grad hooks are the user's code (see Node.runs_user_code)."""
+        ext = self.variable._ext
+        return ext is not None and bool(ext.post_acc)
 
 
 class GraphRoot(Node):
