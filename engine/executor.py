@@ -277,7 +277,9 @@ start, duration), queueing one (``_push`` and the continuation that goes back to
 queue: the queue wait, and a hand-off arrow when another thread runs it), handing a call to
 the pool (``run_async``), and one backward call (``autograd._run_backward``: the call's
 span). A node already running when the block ends may still report; the recorder drops
-what comes after its end. The cost off (benchmarks/instructions.py: 70-115 instructions of a
+what comes after its end. A backward call that succeeded returns only once every one of its
+nodes has reported (the node that completed it may have run on another thread), so a block
+around one call holds all of its nodes. The cost off (benchmarks/instructions.py: 70-115 instructions of a
 27,000-32,000-instruction node) and on (about 1.3 us a node) is in docs/profiler.md.
 
 Note [Worker stream]

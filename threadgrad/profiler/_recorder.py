@@ -70,6 +70,11 @@ class _Recorder:
         self._next_task = itertools.count(1).__next__
         self.start = _now()
         self.stop: int | None = None
+        # Nodes running now, per task (id(gt) -> count): a backward call waits for its own
+        # before it returns (run_call), so the node that completed it on another thread is
+        # recorded before the caller can leave the profile.
+        self._running: dict[int, int] = {}
+        self._running_cv = threading.Condition(threading.Lock())
 
     # -- rows ---------------------------------------------------------------------------
     def row(self) -> ThreadRow:
@@ -101,16 +106,28 @@ class _Recorder:
         name = node.name()
         device = _executor._buffer_device(inputs) if inputs else _executor._cpu
         queued = self._queued.pop((id(gt), id(node)), None)
+        key = id(gt)
+        with self._running_cv:
+            self._running[key] = self._running.get(key, 0) + 1
         t0 = _now()
         try:
             return run(gt, node, inputs, may_defer, priv)
         finally:
             t1 = _now()
-            if self.stop is None:
-                self.events.append((NODE, row, name, t0, t1, self.task_id(gt), gt.depth, device, queued,
-                                    node.sequence_nr))
-                if queued is not None and queued[0] is not row:
-                    self.flows.append((_handoff_kind(queued[0], row), queued[0], queued[1], row, t0, True))
+            try:
+                if self.stop is None:
+                    self.events.append((NODE, row, name, t0, t1, self.task_id(gt), gt.depth, device, queued,
+                                        node.sequence_nr))
+                    if queued is not None and queued[0] is not row:
+                        self.flows.append((_handoff_kind(queued[0], row), queued[0], queued[1], row, t0, True))
+            finally:
+                with self._running_cv:
+                    left = self._running[key] - 1
+                    if left:
+                        self._running[key] = left
+                    else:
+                        del self._running[key]
+                        self._running_cv.notify_all()
 
     def queued(self, gt: Any, node: Any) -> None:
         self._queued[(id(gt), id(node))] = (self.row(), _now())
@@ -123,6 +140,14 @@ class _Recorder:
             execute(gt, root)
         finally:
             t1 = _now()
+            if gt.done and gt.error is None:
+                # Every node of a finished task has routed; one may still be between its end and
+                # its event (the node that completed the task, on another thread): a few
+                # instructions away. (A failed task's nodes may run on: not waited for.)
+                key = id(gt)
+                with self._running_cv:
+                    while self._running.get(key):
+                        self._running_cv.wait()
             if self.stop is None:
                 name = "backward" if gt.depth == 0 else "reentrant backward"
                 self.events.append((CALL, row, name, t0, t1, task, gt.depth, None, None, None))
