@@ -375,6 +375,31 @@ def shape_grad_of_some_leaves():
     return got, [coef(i) * XV for i in range(1, 64, 2)] + [None] * 65
 
 
+def shape_grad_of_some_leaves_each_reached_once():
+    """grad() of the odd leaves of a tree of w_i * c_i: each even leaf's AccumulateGrad is reached
+    by one edge (count 1) but is not runnable, and its producer's other output is None: the
+    private step itself must skip it (else the even leaves would accumulate a .grad)."""
+    ws = [f64(w) for w in WV]
+    loss = tree([(w * coef(i)).sum() for i, w in enumerate(ws)])
+    got = [g.data.copy() for g in engine.grad(loss, [ws[i] for i in range(1, 64, 2)])]
+    return got + grads(ws), [np.full(3, coef(i)) for i in range(1, 64, 2)] + [None] * 64
+
+
+def shape_grad_with_one_output_of_a_split_cut():
+    """no_grad_vars cuts the edge into output 0 of each split but not into output 1: SplitBackward
+    then has count 1 (from output 1), and the cut edge must not reach it privately (it would run
+    twice, or with the cut gradient)."""
+    x, ws = f64(X8), [f64(w) for w in W8]
+    cut, vals = [], []
+    for i, w in enumerate(ws):
+        p0, p1 = ops.split(x * w, 4)
+        cut.append(p0)
+        vals += [(p0 * coef(i)).sum(), (p1 * (coef(i) + 1.0)).sum()]
+    (gx,) = engine.grad(tree(vals), [x], no_grad_vars=cut)
+    mask1 = (np.arange(8) >= 4).astype(np.float64)
+    return [gx.data.copy()], [sum((coef(i) + 1.0) * mask1 * W8[i] for i in range(64))]
+
+
 def shape_backward_inputs_some_leaves():
     x, ws, _, loss = _product_tree()
     loss.backward(inputs=[ws[i] for i in range(0, 64, 3)])
@@ -407,7 +432,8 @@ def shape_several_roots():
 
 SHAPES = {f.__name__[len("shape_"):]: f for f in [
     shape_tree_per_leaf, shape_tree_of_one_shared_leaf, shape_diamonds_in_a_tree,
-    shape_one_output_of_a_split, shape_grad_of_some_leaves, shape_backward_inputs_some_leaves,
+    shape_one_output_of_a_split, shape_grad_of_some_leaves, shape_grad_of_some_leaves_each_reached_once,
+    shape_grad_with_one_output_of_a_split_cut, shape_backward_inputs_some_leaves,
     shape_grad_with_no_grad_vars, shape_retain_graph_twice, shape_several_roots]}
 
 
