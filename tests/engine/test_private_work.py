@@ -400,6 +400,41 @@ def shape_grad_with_one_output_of_a_split_cut():
     return [gx.data.copy()], [sum((coef(i) + 1.0) * mask1 * W8[i] for i in range(64))]
 
 
+class DropEveryOther(engine.Function):
+    """The identity whose backward returns None (no gradient) for odd tags."""
+
+    @staticmethod
+    def forward(ctx, x, tag):
+        ctx.tag = tag
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None if ctx.tag % 2 else g), None
+
+
+def shape_none_gradients_down_private_chains():
+    """A custom backward gives odd branches no gradient: None flows down their private chains
+    (each node still runs, as torch's) and their leaves get no .grad."""
+    ws = [f64(w) for w in WV]
+    tree([(DropEveryOther.apply(w * 1.0, i) * 2.0 * coef(i)).sum() for i, w in enumerate(ws)]).backward()
+    return grads(ws), [None if i % 2 else np.full(3, 2.0 * coef(i)) for i in range(64)]
+
+
+def shape_branches_through_a_virtual_device():
+    """Every fourth branch runs on virtual:1's worker (no private step into or on it), the others
+    privately on cpu; all meet in one tree and one shared leaf."""
+    x, ws = f64(XV), [f64(w) for w in WV]
+    vals = []
+    for i, w in enumerate(ws):
+        h = w * x
+        if i % 4 == 0:
+            h = ops.to(ops.to(h, "virtual:1") * 1.0, "cpu")
+        vals.append((h * coef(i)).sum())
+    tree(vals).backward()
+    return grads([x] + ws), [sum(coef(i) * WV[i] for i in range(64))] + [coef(i) * XV for i in range(64)]
+
+
 def shape_backward_inputs_some_leaves():
     x, ws, _, loss = _product_tree()
     loss.backward(inputs=[ws[i] for i in range(0, 64, 3)])
@@ -433,7 +468,8 @@ def shape_several_roots():
 SHAPES = {f.__name__[len("shape_"):]: f for f in [
     shape_tree_per_leaf, shape_tree_of_one_shared_leaf, shape_diamonds_in_a_tree,
     shape_one_output_of_a_split, shape_grad_of_some_leaves, shape_grad_of_some_leaves_each_reached_once,
-    shape_grad_with_one_output_of_a_split_cut, shape_backward_inputs_some_leaves,
+    shape_grad_with_one_output_of_a_split_cut, shape_none_gradients_down_private_chains,
+    shape_branches_through_a_virtual_device, shape_backward_inputs_some_leaves,
     shape_grad_with_no_grad_vars, shape_retain_graph_twice, shape_several_roots]}
 
 
