@@ -699,16 +699,45 @@ def _graph_node_names(root) -> collections.Counter:
 
 @pytest.mark.timeout(60)
 def test_the_profiler_records_every_node_exactly_once(n):
-    """Would catch: a private node run without the profiler's hook, or counted twice (a node
-    published and also kept). The trace of a tree backward has exactly the graph's nodes (and
-    GraphRoot), whichever thread ran them, all in one task."""
+    """Would catch: a private node run without the profiler's hook, or recorded twice (a node
+    published and also kept). The events of a tree backward's task are exactly the graph's
+    nodes (and GraphRoot), whichever thread ran them. (Before the profile ends, a barrier of
+    n + 1 inside it makes every helper finish what it was recording: see the xfail below.)"""
     for _ in range(5):
         ws = [f64(w) for w in WV]
         loss = tree([(w * coef(i) * 1.0).sum() for i, w in enumerate(ws)])
         want = _graph_node_names(loss.grad_fn) + collections.Counter(["GraphRoot"])
         with tg.profiler.profile() as prof:
             loss.backward()
-        nodes = [e for e in prof.events() if e.kind == "node"]
+            all_helpers_free(n)
+        nodes = [e for e in prof.events() if e.kind == "node" and e.task == 1]
         assert collections.Counter(e.name for e in nodes) == want
-        assert {e.task for e in nodes} == {1}
         assert_same(grads(ws), [np.full(3, coef(i)) for i in range(64)])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="profiler race: a helper's run_node appends its event after run() returns, "
+                          "and only while the profile is active; when that node completed the task, the "
+                          "caller may return from backward and leave the profile first, so the last node "
+                          "is missing from the trace")
+def test_the_node_that_completes_the_task_on_a_helper_is_in_the_profile(workers):
+    """Would catch (and catches, see xfail): the last node of a parallel backward dropped from
+    the profile when a helper ran it. Measured with a tree over 8 leaves and n = 1: about 4% of
+    calls on 3.11 with a 1 us switch interval (1.3% at the default 5 ms), 20% free-threaded; 1000
+    calls here, stopping at the first that lacks a node (a false pass needs 1000 clean calls)."""
+    import sys
+    workers(1)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for rep in range(1000):
+            ws = [f64([1.0]) for _ in range(8)]
+            loss = tree([(w * coef(i) * 1.0).sum() for i, w in enumerate(ws)])
+            want = _graph_node_names(loss.grad_fn) + collections.Counter(["GraphRoot"])
+            with tg.profiler.profile() as prof:
+                loss.backward()
+            got = collections.Counter(e.name for e in prof.events() if e.kind == "node")
+            assert got == want, f"call {rep}: missing {want - got}"
+    finally:
+        sys.setswitchinterval(old)
