@@ -328,7 +328,8 @@ def test_an_idle_helper_gets_a_share_of_a_tree_without_user_code(workers):
         loss = tree([(w * coef(i) * 1.0).sum() for i, w in enumerate(ws)])
         with tg.profiler.profile() as prof:
             loss.backward()
-        nodes = [e for e in prof.events() if e.kind == "node"]
+            all_helpers_free(1)  # the helper has recorded its last node (see the profiler xfail)
+        nodes = [e for e in prof.events() if e.kind == "node" and e.task == 1]
         assert len(nodes) == 10240
         rows = collections.Counter(e.thread for e in nodes)
         assert len(rows) == 2, rows
