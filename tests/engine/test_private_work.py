@@ -724,21 +724,70 @@ def test_the_profiler_records_every_node_exactly_once(n):
                           "is missing from the trace")
 def test_the_node_that_completes_the_task_on_a_helper_is_in_the_profile(workers):
     """Would catch (and catches, see xfail): the last node of a parallel backward dropped from
-    the profile when a helper ran it. Measured with a tree over 8 leaves and n = 1: about 4% of
-    calls on 3.11 with a 1 us switch interval (1.3% at the default 5 ms), 20% free-threaded; 1000
-    calls here, stopping at the first that lacks a node (a false pass needs 1000 clean calls)."""
-    import sys
-    workers(1)
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
+    the profile when a helper ran it (seen unforced in 4 of 300 calls on 3.11 and 45 of 200
+    free-threaded, n = 1, a tree over 64 leaves). Forced here: a trace function on the helper
+    (threading.settrace, set before the helper starts) holds it right after it completed the
+    task (Engine._complete returned) until the caller has left the profile. Two branches meet
+    at a barrier so each thread runs one; the helper's then waits until the caller's leaf has
+    accumulated, so the helper usually runs the last node; a call where the caller completed
+    instead is repeated (at most 50 calls)."""
+    from threadgrad.engine import executor
+    complete_code = executor.Engine._complete.__code__
+    resume = threading.Event()
+    helper_completed = threading.Event()
+
+    def local(frame, event, arg):
+        if event == "return":
+            helper_completed.set()
+            resume.wait(BARRIER_TIMEOUT)
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is complete_code else None
+
+    threading.settrace(tracer)
     try:
-        for rep in range(1000):
-            ws = [f64([1.0]) for _ in range(8)]
-            loss = tree([(w * coef(i) * 1.0).sum() for i, w in enumerate(ws)])
+        workers(1)
+        for call in range(50):
+            resume.clear()
+            helper_completed.clear()
+            caller_done = threading.Event()
+            main = threading.current_thread()
+
+            def mark(tensor):
+                if threading.current_thread() is main:
+                    caller_done.set()
+
+            class Meet2(engine.Function):
+                barrier = threading.Barrier(2)
+
+                @staticmethod
+                def forward(ctx, x):
+                    return x.clone()
+
+                @staticmethod
+                def backward(ctx, g):
+                    Meet2.barrier.wait(BARRIER_TIMEOUT)
+                    if threading.current_thread() is not main:
+                        assert caller_done.wait(BARRIER_TIMEOUT)
+                    return g
+
+            a, b = f64([1.0]), f64([2.0])
+            a.register_post_accumulate_grad_hook(mark)
+            b.register_post_accumulate_grad_hook(mark)
+            loss = Meet2.apply(a * 1.0).sum() + Meet2.apply(b * 2.0).sum()
             want = _graph_node_names(loss.grad_fn) + collections.Counter(["GraphRoot"])
             with tg.profiler.profile() as prof:
                 loss.backward()
+            resume.set()
+            all_helpers_free(1)  # the helper has left the node it was in
+            assert a.grad.tolist() == [1.0] and b.grad.tolist() == [2.0]
+            if not helper_completed.is_set():
+                continue  # the caller completed this one: nothing forced
             got = collections.Counter(e.name for e in prof.events() if e.kind == "node")
-            assert got == want, f"call {rep}: missing {want - got}"
+            assert got == want, f"call {call}: missing {want - got}"
+            return
+        pytest.fail("the helper never completed the task in 50 calls")
     finally:
-        sys.setswitchinterval(old)
+        threading.settrace(None)
+        resume.set()
