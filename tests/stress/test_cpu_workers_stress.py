@@ -13,6 +13,7 @@ import os
 import random
 import threading
 
+import numpy as np
 import pytest
 from threads_util import cpu_helpers as helpers
 from programs import ThreadgradBackend, compare, dumps, generate, outcome_from_json, reference, run
@@ -372,3 +373,62 @@ def test_interrupt_while_the_caller_waits_for_a_helper(workers):
     for leaf, c in ((a, 3.0), (b, 5.0)):
         assert leaf.grad is None or leaf.grad.tolist() == [c]
     assert_engine_usable()
+
+
+# --- private work (Note [Private work] in engine/executor.py) ------------------------------------
+
+def _tree(vals: list):
+    """Pairwise sums: each AddBackward forks two nodes only it reaches (private work)."""
+    while len(vals) > 1:
+        nxt = [vals[i] + vals[i + 1] for i in range(0, len(vals) - 1, 2)]
+        if len(vals) % 2:
+            nxt.append(vals[-1])
+        vals = nxt
+    return vals[0]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("k", [1, 2])
+def test_eight_callers_with_private_trees_and_one_shared_parameter(workers, k):
+    """Would catch: private work of one caller's task run under another's count, a stack not
+    dropped when a call fails, or a leaf accumulation lost between tasks. 8 callers x 12 calls,
+    each a fresh balanced tree over 96 branches (w_j * p * c_j, p shared by the calls that
+    succeed); every third call of odd callers fails in a deep branch with its own error (and
+    uses its own copy of p, so p.grad stays exact). Per call each w_j.grad is exact; at the end
+    p.grad is exactly the sum over the successful calls."""
+    workers(k)
+    p = f64([1.0, -1.0, 2.0])
+    pv = p.data.copy()
+    lock = threading.Lock()
+    total = np.zeros(3)
+
+    def caller(i: int) -> int:
+        failures = 0
+        for call in range(12):
+            fail = i % 2 == 1 and call % 3 == 0
+            wv = [np.array([float((i + j) % 5 - 2), 1.0, float(j % 3)]) for j in range(96)]
+            ws = [f64(w) for w in wv]
+            q = f64(pv) if fail else p  # failing calls use their own copy of p: p stays exact
+            vals = []
+            for j, w in enumerate(ws):
+                t = w * q * float(j % 4 + 1)
+                if fail and j == 70:
+                    t = Boom.apply(t, f"caller {i} call {call}")
+                vals.append(t.sum())
+            loss = _tree(vals)
+            if fail:
+                with pytest.raises(ValueError, match=f"caller {i} call {call}"):
+                    loss.backward()
+                failures += 1
+                continue
+            loss.backward()
+            for j, w in enumerate(ws):
+                assert w.grad.tolist() == (pv * float(j % 4 + 1)).tolist(), (i, call, j)
+            with lock:
+                total[:] += sum(w * float(j % 4 + 1) for j, w in enumerate(wv))
+        return failures
+
+    failures = run_threads(8, caller, timeout=160)
+    assert sum(failures) == 4 * 4
+    assert p.grad.tolist() == total.tolist()
+    assert_engine_usable(("cpu",))
