@@ -325,7 +325,7 @@ def test_interrupt_while_the_caller_waits_for_a_helper(workers):
     import signal
     main = threading.main_thread()
     assert threading.current_thread() is main
-    taken, caller_returned = threading.Event(), threading.Event()
+    taken, caller_returned, caller_past_barrier = threading.Event(), threading.Event(), threading.Event()
 
     def handler(signum, frame):
         taken.set()
@@ -343,7 +343,13 @@ def test_interrupt_while_the_caller_waits_for_a_helper(workers):
         @staticmethod
         def backward(ctx, g):
             ctx.barrier.wait(BARRIER_TIMEOUT)
-            if threading.current_thread() is not main:
+            if threading.current_thread() is main:
+                caller_past_barrier.set()
+            else:
+                # Not before the caller has left the barrier: an interrupt there lands in
+                # threading.Condition's re-acquire (lock acquires are interruptible), which
+                # breaks the barrier's own lock, a failure of this test's scaffolding only.
+                assert caller_past_barrier.wait(BARRIER_TIMEOUT)
                 signal.pthread_kill(main.ident, signal.SIGINT)
                 assert caller_returned.wait(BARRIER_TIMEOUT)
             return g, None
