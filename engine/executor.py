@@ -1185,17 +1185,12 @@ class Engine:
         if gt.shared:
             if priv is not None and outputs and gt.single is not None:
                 nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]
-                if nxt is not None:
-                    if nxt is _ABSORBED:  # routed, but nothing became ready
-                        if not priv:
-                            outputs = None  # take the locked path below, with nothing to route
-                            nxt = None
-                        else:
-                            nxt = priv.pop()
-                    if nxt is not None:
-                        if priv:
-                            self._share_if_idle(gt, priv)
-                        return nxt
+                if nxt is _ABSORBED:
+                    outputs = nxt = None  # routed, and nothing left to run: settle under the lock
+                elif nxt is not None:
+                    if priv:
+                        self._share_if_idle(gt, priv)
+                    return nxt
             gt.lock.acquire()
         try:
             if outputs and gt.error is None:
@@ -1251,7 +1246,6 @@ class Engine:
     def _publish(self, gt: GraphTask, priv: _Private, k: int) -> None:
         """Queue this thread's ``k`` oldest private tasks (the largest subtrees left, in the
         depth-first order they were found), each counted in ``outstanding`` from now on."""
-        k = min(k, len(priv))
         tasks = priv[:k]
         del priv[:k]
         with gt.lock:
@@ -1260,9 +1254,11 @@ class Engine:
 
     def _publish_all(self, gt: GraphTask, priv: _Private) -> None:
         """Queue all of this thread's private work, and hand its leaf sums over."""
-        self._publish(gt, priv, len(priv))
-        if priv.sums is not None:
-            with gt.lock:
+        with gt.lock:
+            for node, buf, _ in priv:
+                self._push(gt, _cpu, node, buf)
+            priv.clear()
+            if priv.sums is not None:
                 self._flush_sums(gt, priv, False)
 
     def _flush_sums(self, gt: GraphTask, priv: _Private, keep_one: bool) -> tuple | None:
@@ -1280,13 +1276,13 @@ class Engine:
                 buf = not_ready.get(leaf)
                 if buf is None:
                     buf = not_ready[leaf] = [None]
-                if g is not None:
-                    _buffer_add(buf, 0, g, leaf, False)
-                continue
-            del deps[leaf]
-            buf = not_ready.pop(leaf, None) or [None]
+            else:
+                del deps[leaf]
+                buf = not_ready.pop(leaf, None) or [None]
             if g is not None:
                 _buffer_add(buf, 0, g, leaf, False)
+            if count:
+                continue
             if keep_one and kept is None:
                 gt.outstanding += 1
                 kept = (leaf, buf, None)
@@ -1499,7 +1495,7 @@ class _Private(list):
         self.sums: dict | None = None
 
 
-_ABSORBED = (None, None, None)  # _private_step routed every output, and none became ready
+_ABSORBED = (None, None, None)  # _private_step routed every output, and this thread holds nothing to run
 
 
 def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tuple | None:
@@ -1508,64 +1504,58 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tupl
     AccumulateGrad: the first kind is ready now and no other thread can ever reach it; a
     leaf's gradients are summed here and handed over later (``_flush_sums``). Of the ready
     ones the first is returned to run next on this thread and the others go on ``priv``.
-    No count, buffer, queue or ``outstanding`` changes. Returns ``_ABSORBED`` when every
-    output went to leaf sums, None when one cannot be routed so (the locked path routes
-    them all). See Note [Private work]."""
+    No count, buffer, queue or ``outstanding`` changes. When nothing became ready, returns
+    the top of ``priv``, or ``_ABSORBED`` if it is empty; None when an output cannot be
+    routed so (the locked path routes them all). See Note [Private work]."""
     edges = fn.next_edges
     if gt.error is not None or len(outputs) != len(edges):
         return None
     runnable, cut, single = gt.runnable, gt.cut, gt.single
-    for edge, g in zip(edges, outputs):  # every output or none: a partial routing would repeat
+    ready = []
+    leaves = None
+    for edge, g in zip(edges, outputs):  # decide for every output before changing anything
         nxt = edge[0]
         if nxt is None:
             continue
         if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
             continue
-        if (g is not None and g.device.needs_worker) or (nxt not in single and type(nxt) is not AccumulateGrad):  # type: ignore[operator]
+        if g is not None and g.device.needs_worker:
             return None
-    first = None
-    more = None
-    for edge, g in zip(edges, outputs):
-        nxt = edge[0]
-        if nxt is None:
-            continue
-        if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
-            continue
-        if nxt not in single:  # type: ignore[operator]
-            # A leaf other edges reach too: its count is shared, so sum here (every edge
-            # counts, a None gradient too) and hand the sum over once (_flush_sums).
-            sums = priv.sums
-            if sums is None:
-                sums = priv.sums = {}
-            acc = sums.get(nxt)
+        if nxt in single:  # type: ignore[operator]
+            if nxt.num_inputs == 1:
+                ready.append((nxt, [g], None))
+            else:
+                buf = [None] * nxt.num_inputs
+                buf[edge[1]] = g
+                ready.append((nxt, buf, None))
+        elif type(nxt) is AccumulateGrad:
+            if leaves is None:
+                leaves = []
+            leaves.append((nxt, g))
+        else:
+            return None
+    if leaves is not None:
+        # A leaf other edges reach too: its count is shared, so sum here (every edge counts, a
+        # None gradient too) and hand the sum over once (_flush_sums).
+        sums = priv.sums
+        if sums is None:
+            sums = priv.sums = {}
+        for leaf, g in leaves:
+            acc = sums.get(leaf)
             if acc is None:
-                sums[nxt] = [g, 1]
+                sums[leaf] = [g, 1]
             else:
                 acc[1] += 1
                 if g is not None:
-                    _buffer_add(acc, 0, g, nxt, False)
-            continue
-        if nxt.num_inputs == 1:
-            task = (nxt, [g], None)
-        else:
-            buf = [None] * nxt.num_inputs
-            buf[edge[1]] = g
-            task = (nxt, buf, None)
-        if first is None:
-            first = task
-        elif more is None:
-            more = [first, task]
-        else:
-            more.append(task)
-    if more is not None:
+                    _buffer_add(acc, 0, g, leaf, False)
+    if not ready:
+        return priv.pop() if priv else _ABSORBED
+    if len(ready) > 1:
         # This thread runs them as the serial schedule would: the highest priority first,
         # equal keys in edge order (a stable sort), the rest from the top of its stack.
-        more.sort(key=_task_priority, reverse=True)
-        first = more[0]
-        more.reverse()
-        more.pop()
-        priv.extend(more)
-    return _ABSORBED if first is None else first
+        ready.sort(key=_task_priority, reverse=True)
+        priv.extend(ready[:0:-1])
+    return ready[0]
 
 
 def _task_priority(task: tuple) -> int:

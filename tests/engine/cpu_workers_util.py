@@ -72,6 +72,18 @@ class Boom(engine.Function):
         return g, None, None
 
 
+class NaNGrad(engine.Function):
+    """The identity whose backward returns NaN (for anomaly mode's check)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * float("nan")
+
+
 class Nest(engine.Function):
     """The identity whose backward runs a nested backward ``n`` levels deep (via Nest)."""
 

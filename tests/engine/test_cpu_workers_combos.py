@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 from threads_util import cpu_helpers as helpers
-from cpu_workers_util import (BARRIER_TIMEOUT, HELPER, Boom, Log, Nest, Probe, f64, wide,
+from cpu_workers_util import (BARRIER_TIMEOUT, HELPER, Boom, Log, NaNGrad, Nest, Probe, f64, wide,
                               wide_expected, wide_grad_sq)
 
 from threadgrad import engine, ops
@@ -208,21 +208,12 @@ def test_anomaly_mode_is_installed_on_helper_threads(workers):
     assert len(log.threads()) == 2
     assert [t[3] for t in log.tags()] == [True, True]
 
-    class NaNOut(engine.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * float("nan")
-
     for _ in range(5):
         x = f64([1.0, 2.0])
         with engine.detect_anomaly():
-            loss = wide(x, 30, mid=lambda i, t: NaNOut.apply(t) if i == 17 else t)
-            with pytest.warns(UserWarning, match="Error detected in NaNOutBackward"):
-                with pytest.raises(RuntimeError, match="Function 'NaNOutBackward' returned nan values in its 0th output"):
+            loss = wide(x, 30, mid=lambda i, t: NaNGrad.apply(t) if i == 17 else t)
+            with pytest.warns(UserWarning, match="Error detected in NaNGradBackward"):
+                with pytest.raises(RuntimeError, match="Function 'NaNGradBackward' returned nan values in its 0th output"):
                     loss.backward()
 
 

@@ -29,7 +29,7 @@ import threading
 
 import numpy as np
 import pytest
-from cpu_workers_util import BARRIER_TIMEOUT, HELPER, Log, f64
+from cpu_workers_util import BARRIER_TIMEOUT, HELPER, Boom, Log, NaNGrad, f64
 
 import threadgrad as tg
 from threadgrad import engine, ops
@@ -84,27 +84,6 @@ class Meet(engine.Function):
     def backward(ctx, g):
         ctx.meeting(ctx.tag)
         return g, None, None
-
-
-class Boom(engine.Function):
-    @staticmethod
-    def forward(ctx, x, exc):
-        ctx.exc = exc
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        raise ctx.exc
-
-
-class NaNGrad(engine.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * float("nan")
 
 
 @contextlib.contextmanager
