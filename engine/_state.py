@@ -5,7 +5,8 @@ Note [Thread-local state]
 Grad mode, anomaly mode and the saved-tensor hooks stack are *thread-local*, as in
 PyTorch: a ``no_grad()`` block on one thread never changes what another thread records.
 When a backward call starts, the caller's values are captured into its GraphTask
-(``GraphTask.create_graph``, ``.anomaly``, ``.saved_hooks``); whichever thread then runs a
+(``GraphTask.create_graph``, ``.anomaly``, ``.saved_hooks`` and ``.saved_hooks_off``, the
+message of an enclosing ``disable_saved_tensors_hooks``); whichever thread then runs a
 node of that GraphTask installs those values first (the executor's ``_install``), so a
 node behaves the same on the caller thread, a ``virtual:N`` worker or a pool thread.
 The executor installs state when the thread switches GraphTask, not per node: the
@@ -87,7 +88,7 @@ class _ThreadState(threading.local):
     # Stack of (pack, unpack) pairs pushed by saved_tensors_hooks; the innermost is last.
     saved_hooks: tuple = ()
     # The error message of the innermost disable_saved_tensors_hooks on this thread (None: not
-    # disabled). Set and restored by that context manager only; not captured by backward.
+    # disabled). Set and restored by that context manager; captured by backward with the stack.
     saved_hooks_disabled: str | None = None
     # The GraphTask whose node this thread is running now (None outside backward). Set and
     # restored by the executor; read by queue_callback and by reentrant backward detection.
@@ -140,6 +141,7 @@ class _Used:
 # threads get the values only from a thread that set them (the executor's ``_install``,
 # ``_async``), after the flag. Measured: chain forward 20,948 -> 20,469 instructions per op.
 # ``used.anomaly`` covers ``anomaly_check_nan`` too (set_detect_anomaly(False, check_nan=False)
+# sets it), and ``used.saved_hooks`` covers ``saved_hooks_disabled`` (disable_saved_tensors_hooks
 # sets it). The executor uses the flags the same way per backward call: a GraphTask captures,
 # ``_install`` writes, and ``_thread_main`` saves and restores these values only once the
 # feature was used; before, each is at its default in every thread.

@@ -400,7 +400,7 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
     fut: Future = Future()
     fut.set_running_or_notify_cancel()
     # The call must see the caller's thread-local state, as a synchronous call would.
-    state = (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks)
+    state = (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks, tls.saved_hooks_disabled)
     # See Note [Streams]: the call runs on the caller's current streams, so the root gradients
     # are made there and the caller's streams are the ones synced before the future completes.
     streams = _current_streams() if devices.streams_in_use else {}
@@ -410,7 +410,7 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         # holds the exception (a cycle), so the future leaves the closure cell first.
         nonlocal fut
         f, fut = fut, None
-        (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks) = state
+        (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks, tls.saved_hooks_disabled) = state
         try:
             with contextlib.ExitStack() as stack:
                 for dev, stream in streams.items():
@@ -423,6 +423,7 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         finally:
             f = result = None
             tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks = True, False, True, ()
+            tls.saved_hooks_disabled = None
 
     returned = fut
     get_engine().run_async(job)

@@ -550,7 +550,7 @@ class GraphTask:
 
     __slots__ = (
         "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
-        "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "depth", "prio_base",
+        "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "saved_hooks_off", "depth", "prio_base",
         "owner_queue", "error", "done", "final_callbacks", "lock",
         "uses_streams", "caller_streams", "leaf_streams", "shared", "single", "__weakref__",
     )
@@ -573,7 +573,10 @@ class GraphTask:
             self.check_nan = tls.anomaly_check_nan
         else:
             self.anomaly, self.check_nan = False, True
-        self.saved_hooks = tls.saved_hooks if used.saved_hooks else ()
+        if used.saved_hooks:
+            self.saved_hooks, self.saved_hooks_off = tls.saved_hooks, tls.saved_hooks_disabled
+        else:
+            self.saved_hooks, self.saved_hooks_off = (), None
         self.depth = depth
         self.prio_base = depth << _SEQ_BITS
         self.owner_queue = owner_queue
@@ -610,6 +613,7 @@ def _install(gt: GraphTask) -> None:
         tls.anomaly_check_nan = gt.check_nan
     if used.saved_hooks:
         tls.saved_hooks = gt.saved_hooks
+        tls.saved_hooks_disabled = gt.saved_hooks_off
     tls.current_task = gt
 
 
@@ -1056,7 +1060,7 @@ class Engine:
             if used.anomaly:
                 tls.anomaly, tls.anomaly_check_nan = False, True
             if used.saved_hooks:
-                tls.saved_hooks = ()
+                tls.saved_hooks, tls.saved_hooks_disabled = (), None
         return unlisted
 
     def run_async(self, job: Callable[[], None]) -> None:
@@ -1078,7 +1082,8 @@ class Engine:
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,
-                 tls.saved_hooks if used.saved_hooks else (), tls.current_task)
+                 tls.saved_hooks if used.saved_hooks else (), tls.current_task,
+                 tls.saved_hooks_disabled if used.saved_hooks else None)
         run = self._run_task
         priv = None if serial else _Private()  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
@@ -1094,7 +1099,7 @@ class Engine:
                     # off: Note [Grad mode fast path]); _install sets it again for the next task.
                     # (`current` is already None when this worker ran the task's last node.)
                     tls.current_task = current = None
-                    tls.saved_hooks = ()
+                    tls.saved_hooks, tls.saved_hooks_disabled = (), None
                     tls.grad_enabled = True
                 if root is not None:
                     gt, node, inputs, root = wait_for, root, [], None
@@ -1141,7 +1146,7 @@ class Engine:
             if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
                 tls.anomaly, tls.anomaly_check_nan = saved[1], saved[2]
             if used.saved_hooks:
-                tls.saved_hooks = saved[3]
+                tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
 
     def _run_task(self, gt: GraphTask, fn: Node, inputs: list, may_defer: bool,
                   priv: _Private | None = None) -> tuple | None:

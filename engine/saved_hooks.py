@@ -44,8 +44,10 @@ class saved_tensors_hooks:
 class disable_saved_tensors_hooks:
     """Context manager: while it is active on this thread, entering ``saved_tensors_hooks``
     raises RuntimeError(error_message), as torch's ``disable_saved_tensors_hooks``; entering it
-    while saved-tensor hooks are active raises the same. Nests; the state is this thread's own
-    (backward's device workers do not inherit it)."""
+    while saved-tensor hooks are active raises the same. Nests. Like the hooks themselves, the
+    state is this thread's, and a backward called inside it carries it to every thread that
+    runs one of its nodes (a cpu worker, a device worker, a pool thread), as torch's engine
+    carries its thread-local state: See Note [Thread-local state] in _state.py."""
 
     def __init__(self, error_message: str) -> None:
         self.error_message = error_message
@@ -54,6 +56,7 @@ class disable_saved_tensors_hooks:
         if tls.saved_hooks:
             raise RuntimeError(self.error_message)
         self._prev = tls.saved_hooks_disabled
+        used.saved_hooks = True  # before the thread-local: see Note [Used flags] in _state.py
         tls.saved_hooks_disabled = self.error_message
         return self
 

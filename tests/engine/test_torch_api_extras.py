@@ -2,6 +2,7 @@
 disable_saved_tensors_hooks, Function.setup_context. Expected behaviour is torch 2.13's."""
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -72,6 +73,68 @@ def test_disable_saved_tensors_hooks_is_per_thread():
         th.start()
         th.join(10)
     assert seen == ["entered"]
+
+
+class _TryHooks(engine.Function):
+    """The identity; its backward waits at ``ctx.barrier`` (if any), tries to enter
+    saved_tensors_hooks and logs (thread name, what happened)."""
+
+    @staticmethod
+    def forward(ctx, x, barrier, log):
+        ctx.barrier, ctx.log = barrier, log
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.barrier is not None:
+            ctx.barrier.wait(20)
+        try:
+            with engine.saved_tensors_hooks(lambda t: t, lambda t: t):
+                pass
+            what = "entered"
+        except RuntimeError as e:
+            what = str(e)
+        ctx.log.append((threading.current_thread().name, what))
+        return g, None, None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["virtual:1 worker", "cpu worker", "async"])
+def test_disable_saved_tensors_hooks_follows_the_backward_to_its_threads(where):
+    """torch's engine carries the caller's thread-local state, disable_saved_tensors_hooks's
+    message included (SavedTensorDefaultHooksTLS), to whichever thread runs a node: a node run
+    by a device worker, a parallel cpu worker or the pool thread of an async backward refuses
+    saved-tensor hooks as it would on the caller's thread. Afterwards those threads are clean."""
+    from threadgrad import autograd
+
+    def run(disabled):
+        log = []
+        if where == "virtual:1 worker":
+            x = engine.tensor([1.0, 2.0], device="virtual:1", requires_grad=True)
+            loss = _TryHooks.apply(x * 2.0, None, log).sum()
+        else:
+            barrier = threading.Barrier(2) if where == "cpu worker" else None
+            x = engine.tensor([1.0, 2.0], requires_grad=True)
+            loss = (_TryHooks.apply(x * 2.0, barrier, log).sum()
+                    + _TryHooks.apply(x * 3.0, barrier, log).sum())
+        with engine.disable_saved_tensors_hooks("off here") if disabled else contextlib.nullcontext():
+            if where == "async":
+                engine.backward_async(loss).result(30)
+            else:
+                loss.backward()
+        return log, x.grad.tolist()
+
+    prev = autograd.set_cpu_workers(1 if where == "cpu worker" else 0)
+    try:
+        log, grad = run(True)
+        assert [what for _, what in log] == ["off here"] * len(log) and log
+        assert grad == ([2.0, 2.0] if where == "virtual:1 worker" else [5.0, 5.0])
+        caller = threading.current_thread().name
+        assert any(name != caller for name, _ in log)  # a node did run on another thread
+        log, _ = run(False)  # the same threads, now outside the region: hooks allowed
+        assert [what for _, what in log] == ["entered"] * len(log) and log
+    finally:
+        autograd.set_cpu_workers(prev)
 
 
 class _Scale(engine.Function):
