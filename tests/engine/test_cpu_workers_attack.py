@@ -463,3 +463,44 @@ def test_six_callers_on_one_retained_graph_with_backward_and_grad(n, run_in_thre
     np.testing.assert_array_equal(w.grad.data, 18 * one_w)
     np.testing.assert_array_equal(x.grad.data, 18 * one_x)
 
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("opt", ["SGD", "Adam"])
+def test_optimizer_steps_in_post_accumulate_grad_hooks(n, opt):
+    """Port of torch's test_post_accumulate_grad_hook_e2e (test_autograd.py) onto branches that run
+    in parallel: each parameter has its own optimizer, stepped and zeroed by its post-accumulate-
+    grad hook, which now runs on whichever thread accumulates it while other branches still run.
+    Each parameter feeds two branches, so its hook runs only after both nodes that saved it ran:
+    five steps end exactly where stepping after each backward ends, as torch's test asserts (two
+    gradients per parameter: their sum does not depend on the order)."""
+    import threadgrad as tg
+
+    def make():
+        return [f64(np.linspace(-1.0, 1.0, 4) * (i + 1)) for i in range(5)]
+
+    def loss_of(ws):
+        x = f64(np.linspace(0.5, 2.0, 4), requires_grad=False)
+        parts = [(ops.tanh(w * x) * ws[(i + 1) % 5]).sum() for i, w in enumerate(ws)]
+        return ops.sum(ops.stack(parts))
+
+    kw = {"lr": 0.125, "momentum": 0.5} if opt == "SGD" else {"lr": 0.01}
+    in_bwd = make()
+    optims = {id(w): getattr(tg.optim, opt)([w], **kw) for w in in_bwd}
+
+    def step_hook(p):
+        optims[id(p)].step()
+        optims[id(p)].zero_grad()
+
+    for w in in_bwd:
+        w.register_post_accumulate_grad_hook(step_hook)
+    ref = make()
+    ref_opt = getattr(tg.optim, opt)(ref, **kw)
+    for _ in range(5):
+        loss_of(in_bwd).backward()
+        loss_of(ref).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    for w, r in zip(in_bwd, ref):
+        assert w.grad is None
+        np.testing.assert_array_equal(w.data, r.data)
