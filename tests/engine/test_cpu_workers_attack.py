@@ -147,6 +147,54 @@ def test_disable_saved_tensors_hooks_holds_on_the_helper_thread(workers):
     assert log.tags() == ["hooks are off here"] * 2
 
 
+class _RaiseAfter(engine.Function):
+    """The identity whose backward waits until ``started`` is set, then raises ValueError."""
+
+    @staticmethod
+    def forward(ctx, x, started):
+        ctx.started = started
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        assert ctx.started.wait(BARRIER_TIMEOUT), "the leaf hook never started"
+        raise ValueError("boom")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: a failed parallel backward returns while a node of it still runs on a helper: _fail "
+    "marks the task done and wakes the driver at once, and _thread_main returns without waiting "
+    "for the threads that hold counts in outstanding; the helper then writes .grad (and runs "
+    "post-accumulate-grad hooks) after backward raised, which n = 0 never does on a cpu-only graph"))
+@pytest.mark.timeout(60)
+def test_no_node_of_a_failed_backward_runs_after_it_raised(workers):
+    """A leaf hook (a slow one: it waits up to ``HOLD`` seconds for the caller) runs on one
+    thread while a custom Function on the other raises. With n = 0 every node of a backward has
+    finished when it raises, so the caller may reset ``.grad`` and retry; with n = 1 backward
+    must likewise wait for the node still running on the helper before it raises (here: until
+    the hook gives up waiting), and then ``.grad`` no longer changes behind the caller's back."""
+    HOLD = 2.0
+    workers(1)
+    started, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_leaf_hook(g):
+        started.set()
+        release.wait(HOLD)  # the caller sets it only after backward returned
+        done.set()
+
+    w, v = f64([1.0, 2.0]), f64([3.0])
+    w.register_hook(slow_leaf_hook)
+    loss = (w * 2.0).sum() + _RaiseAfter.apply(v * 1.0, started).sum()
+    with pytest.raises(ValueError, match="boom"):
+        loss.backward()
+    hook_finished_before_raise = done.is_set()
+    grad_at_raise = None if w.grad is None else w.grad.tolist()
+    release.set()
+    assert done.wait(BARRIER_TIMEOUT)
+    assert hook_finished_before_raise, "backward raised while a node of it still ran on a helper"
+    assert (None if w.grad is None else w.grad.tolist()) == grad_at_raise, ".grad written after backward raised"
+
+
 # --- errors --------------------------------------------------------------------------------
 
 class _Raise(engine.Function):
