@@ -8,9 +8,11 @@ where the values make every order exact), the same exception type and message, a
 still usable afterwards. test_private_work.py, test_cpu_workers.py and test_cpu_workers_combos.py
 cover the features one at a time; these combine them.
 
-Tests marked xfail(strict=True) record bugs found here: ``disable_saved_tensors_hooks`` is not
-carried to helper threads, and a failed parallel backward raises while a node of it still runs
-on a helper (so ``.grad`` and post-accumulate-grad hooks change after the caller caught the error).
+A test marked xfail(strict=True) records a bug found here: a failed parallel backward raises
+while a node of it still runs on a helper (so ``.grad`` and post-accumulate-grad hooks change
+after the caller caught the error). (The other bug found, disable_saved_tensors_hooks not carried
+to helper threads, is fixed, with test_torch_api_extras.py's
+test_disable_saved_tensors_hooks_follows_the_backward_to_its_threads.)
 """
 from __future__ import annotations
 
@@ -18,10 +20,10 @@ import threading
 
 import numpy as np
 import pytest
-from cpu_workers_util import BARRIER_TIMEOUT, HELPER, Log, f64
+from cpu_workers_util import BARRIER_TIMEOUT, f64
 
 from threadgrad import engine, ops
-from threadgrad.engine.saved_hooks import disable_saved_tensors_hooks, saved_tensors_hooks
+from threadgrad.engine.saved_hooks import saved_tensors_hooks
 from threadgrad.utils.checkpoint import checkpoint
 
 REPS = 20
@@ -70,86 +72,6 @@ def outcome(fn) -> tuple:
 
 
 # --- bugs ----------------------------------------------------------------------------------
-
-class _TriesSavedHooks(engine.Function):
-    """The identity whose backward meets the other branch at ``barrier`` (so each runs on its own
-    thread), then tries to enter saved_tensors_hooks and records what happened."""
-
-    @staticmethod
-    def forward(ctx, x, barrier, log):
-        ctx.barrier, ctx.log = barrier, log
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        ctx.barrier.wait(BARRIER_TIMEOUT)
-        try:
-            with saved_tensors_hooks(lambda t: t, lambda t: t):
-                pass
-            ctx.log.add("entered")
-        except RuntimeError as e:
-            ctx.log.add(str(e))
-        return g, None, None
-
-
-def test_disable_saved_tensors_hooks_reaches_a_custom_backward_with_n_zero_and_torch(workers):
-    """The reference for the xfail below: with n = 0 (and in torch) a custom backward run by
-    a backward called inside ``disable_saved_tensors_hooks`` cannot enter saved_tensors_hooks."""
-    torch = pytest.importorskip("torch")
-
-    def body(lib, hooks, disable, fn_base):
-        log = []
-
-        class F(fn_base):
-            @staticmethod
-            def forward(ctx, x):
-                return x.clone()
-
-            @staticmethod
-            def backward(ctx, g):
-                try:
-                    with hooks(lambda t: t, lambda t: t):
-                        pass
-                    log.append("entered")
-                except RuntimeError as e:
-                    log.append(str(e))
-                return g
-
-        x = lib.tensor([1.0, 2.0], requires_grad=True)
-        loss = F.apply(x * 2.0).sum() + F.apply(x * 3.0).sum()
-        with disable("hooks are off here"):
-            loss.backward()
-        return log, x.grad.tolist()
-
-    workers(0)
-    want = body(torch, torch.autograd.graph.saved_tensors_hooks,
-                torch.autograd.graph.disable_saved_tensors_hooks, torch.autograd.Function)
-    assert want == (["hooks are off here"] * 2, [5.0, 5.0])
-    assert body(engine, saved_tensors_hooks, disable_saved_tensors_hooks, engine.Function) == want
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: disable_saved_tensors_hooks is per thread and not captured by the GraphTask (_install "
-    "in engine/executor.py installs grad mode, anomaly and saved_hooks only), so a cpu node run "
-    "by a helper thread may enter saved_tensors_hooks where n = 0 and torch raise"))
-@pytest.mark.timeout(60)
-def test_disable_saved_tensors_hooks_holds_on_the_helper_thread(workers):
-    """Two custom backward nodes meet at a barrier, so with n = 1 one of them runs on the
-    helper; both must see the caller's ``disable_saved_tensors_hooks``, as with n = 0 (where
-    the node runs on the caller's thread) and in torch (the state is part of the thread-local
-    state its engine carries to every thread that runs a node)."""
-    workers(1)
-    barrier = threading.Barrier(2)
-    log = Log()
-    x = f64([1.0, 2.0])
-    loss = (_TriesSavedHooks.apply(x * 2.0, barrier, log).sum()
-            + _TriesSavedHooks.apply(x * 3.0, barrier, log).sum())
-    with disable_saved_tensors_hooks("hooks are off here"):
-        loss.backward()
-    assert x.grad.tolist() == [5.0, 5.0]
-    assert any(HELPER.match(t.name) for t in log.threads())  # the case is live
-    assert log.tags() == ["hooks are off here"] * 2
-
 
 class _RaiseAfter(engine.Function):
     """The identity whose backward waits until ``started`` is set, then raises ValueError."""
