@@ -201,7 +201,13 @@ What still holds: each node runs once, after all its inputs arrived; a node's ho
 order on one thread; a leaf's accumulations are serialized (its AccumulateGrad's lock); final
 callbacks run after every node; a reentrant child finishes before the node that started it
 returns; the first error fails the task (Note [Errors]: nodes running elsewhere finish and
-route nothing). What does not: the order of independent nodes and the thread a node runs on.
+route nothing), and the driver raises it only once no helper runs a node of the task (a helper
+counts as inside from the steal that takes a task to the end of ``_help``:
+``_SharedQueue.wait_helpers``), so, as with n = 0, no node of a failed backward runs (no
+``.grad`` written, no hook called) after its caller sees the error (else a ``zero_grad`` in
+the caller's ``except`` could be undone, or an optimizer in a post-accumulate-grad hook step,
+behind its back). A hook that waits for another branch of a failed backward keeps the caller
+waiting with it: with n = 0 that hook could not run at all. What does not: the order of independent nodes and the thread a node runs on.
 With n = 0 none of this code runs but a test of ``helpers.n`` per backward call and of
 ``q.multi`` per driven task (and per continuation with a non-empty queue).
 
@@ -425,13 +431,14 @@ class _SharedQueue(ReadyQueue):
     waiter instead, and the driver waits in ``pop(until=its task)``, which returns once it is done.
     See Note [Parallel cpu workers]."""
 
-    __slots__ = ("_helpers", "_offered")
+    __slots__ = ("_helpers", "_offered", "_inside")
     multi = True
 
     def __init__(self, helpers: _CpuHelpers) -> None:
         super().__init__()
         self._helpers = helpers
         self._offered = False  # listed (or about to be) in helpers' queues; guarded by _lock
+        self._inside = 0  # helpers between a steal(enter=True) and their leave(); guarded by _lock
 
     def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
         with self._lock:
@@ -456,14 +463,32 @@ class _SharedQueue(ReadyQueue):
             helpers.wake_one()
         return True
 
-    def steal(self) -> tuple | bool:
+    def steal(self, enter: bool = False) -> tuple | bool:
         """A helper's pop: the top task; else False if this call unlisted the queue (the
-        helper removes it from its list), True if it was unlisted already."""
+        helper removes it from its list), True if it was unlisted already. With ``enter``, a
+        task taken counts this helper as inside the task until its ``leave()``."""
         with self._lock:
             if self._heap:
+                if enter:
+                    self._inside += 1
                 return heapq.heappop(self._heap)
             was, self._offered = self._offered, False
             return not was
+
+    def leave(self) -> None:
+        """A helper that entered with a steal is done with this queue's task."""
+        with self._lock:
+            self._inside -= 1
+            if not self._inside:
+                self._cv.notify_all()  # a failed task's driver may wait in wait_helpers()
+
+    def wait_helpers(self) -> None:
+        """Wait until no helper runs a node of this queue's task: a failed parallel backward
+        returns only then, as one run by its caller alone does (Note [Parallel cpu workers])."""
+        with self._lock:
+            timeout = _signal_slice()
+            while self._inside:
+                self._cv.wait(timeout)
 
 
 class _CpuHelpers:
@@ -524,10 +549,16 @@ class _CpuHelpers:
                         self.idle -= 1
                 q = queues.popleft()
                 queues.append(q)  # in turn: every parallel backward in flight gets its share
-            entry = q.steal()
-            # False: this steal unlisted q; or _help's last steal did (it took q's last task
+            entry = q.steal(True)
+            unlisted = entry is False
+            if type(entry) is tuple:
+                try:
+                    unlisted = self._engine._help(q, entry, self)
+                finally:
+                    q.leave()  # a failed task's driver may be waiting for it (wait_helpers)
+            # unlisted: this steal unlisted q, or _help's last steal did (it took q's last task
             # and found q empty after it). Either way this thread removes q from the list.
-            if entry is False or (entry is not True and self._engine._help(q, entry, self)):
+            if unlisted:
                 with self._cv:
                     try:
                         queues.remove(q)
@@ -1136,11 +1167,15 @@ class Engine:
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 q.purge(wait_for)
+                if not serial:
+                    q.wait_helpers()  # See Note [Parallel cpu workers]: no node runs after it fails
         except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
             self._abandon(wait_for, gt, e)
             if wait_for is None:
                 raise  # a device worker's own loop failed: _device_worker takes over
             q.purge(wait_for)
+            if not serial:
+                q.wait_helpers()
         finally:
             tls.grad_enabled, tls.current_task = saved[0], saved[4]
             if used.anomaly:  # (a node may have used it since the save: then write the defaults back)

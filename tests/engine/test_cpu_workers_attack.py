@@ -8,11 +8,10 @@ where the values make every order exact), the same exception type and message, a
 still usable afterwards. test_private_work.py, test_cpu_workers.py and test_cpu_workers_combos.py
 cover the features one at a time; these combine them.
 
-A test marked xfail(strict=True) records a bug found here: a failed parallel backward raises
-while a node of it still runs on a helper (so ``.grad`` and post-accumulate-grad hooks change
-after the caller caught the error). (The other bug found, disable_saved_tensors_hooks not carried
-to helper threads, is fixed, with test_torch_api_extras.py's
-test_disable_saved_tensors_hooks_follows_the_backward_to_its_threads.)
+Two bugs found here are fixed, each with its test: a failed parallel backward raised while a
+node of it still ran on a helper (test_no_node_of_a_failed_backward_runs_after_it_raised), and
+disable_saved_tensors_hooks did not reach helper threads (test_torch_api_extras.py's
+test_disable_saved_tensors_hooks_follows_the_backward_to_its_threads).
 """
 from __future__ import annotations
 
@@ -87,11 +86,6 @@ class _RaiseAfter(engine.Function):
         raise ValueError("boom")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a failed parallel backward returns while a node of it still runs on a helper: _fail "
-    "marks the task done and wakes the driver at once, and _thread_main returns without waiting "
-    "for the threads that hold counts in outstanding; the helper then writes .grad (and runs "
-    "post-accumulate-grad hooks) after backward raised, which n = 0 never does on a cpu-only graph"))
 @pytest.mark.timeout(60)
 def test_no_node_of_a_failed_backward_runs_after_it_raised(workers):
     """A leaf hook (a slow one: it waits up to ``HOLD`` seconds for the caller) runs on one
