@@ -41,7 +41,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -205,31 +204,6 @@ def _timed_cpu(fn: Callable[[], Any]) -> tuple[float, float]:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
-def _beside_main(main: Callable[[], Any], other: Callable[[], Any]) -> float:
-    """Run ``main`` on this thread and ``other`` on a new one, released together; return the
-    wall time until both end."""
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def body() -> None:
-        barrier.wait()
-        try:
-            other()
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    th = threading.Thread(target=body)
-    th.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    main()
-    th.join()
-    dt = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return dt
-
-
 def _close(a: numpy.ndarray, b: numpy.ndarray) -> bool:
     return bool(numpy.allclose(a, b, rtol=1e-9, atol=1e-12))
 
@@ -279,20 +253,17 @@ def worker(quick: bool) -> dict[str, Any]:
             if key == "a":
                 # The engine's ceiling: the graph split by hand into two backward calls of half
                 # the branches each (one leaf), on 2 threads vs in a row; no sharing inside a call.
-                # As with the engine's caller, this (main) thread, which built the graph, runs
-                # one half, in a row the other too: objects it made cost it no atomic counts.
+                # Both halves run on threads that did not build the graph, so they run at one
+                # speed: with this (main) thread running one half, the halves ran at different
+                # speeds and the split, which cannot rebalance, measured the imbalance
+                # (docs/performance.md, third round of issue 21).
                 tg.autograd.set_cpu_workers(0)
                 for k in ("a_s1", "a_s2"):
                     x = b.leaf(wxa)
                     h1, h2 = build_wide(b, x, wc1, wc2, branches // 2), build_wide(b, x, wc1, wc2, branches // 2)
+                    jobs = [lambda: (h1.backward(), h2.backward())] if k == "a_s1" else [h1.backward, h2.backward]
                     with gc_paused():  # as every timed region here
-                        if k == "a_s1":
-                            t0 = time.perf_counter()
-                            h1.backward()
-                            h2.backward()
-                            put(k, time.perf_counter() - t0, r)
-                        else:
-                            put(k, _beside_main(h1.backward, h2.backward), r)
+                        put(k, _run_threads(jobs), r)
                     if r == 0 and not _close(numpy.array(x.grad.data), ref):
                         raise AssertionError("wide, split by hand: the gradient differs from numpy's")
                     del x, h1, h2
@@ -531,7 +502,7 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
              target=f"≥ {TARGET_WIDE_FT} (FT)")
     judged(ra, ra.values["FT"], lambda v: v >= TARGET_WIDE_FT)
     ra_rel = rel("a_w0", "a_w1", "a_c1", "a_c2", "a. wide: speedup / the control's")
-    ra_split = Row("a. ceiling: the same graph split by hand into 2 backward calls, beside each other vs in a row",
+    ra_split = Row("a. ceiling: the same graph split by hand into 2 backward calls, 2 threads vs in a row",
                    pair(lambda s: _speedup(s, "a_s1", "a_s2") if "a_s1" in s else None), show_ratio=False)
     ra_ms = Row("a. wide, one backward with 1 worker, ms (control: 1 thread)",
                 pair(lambda s: median(s["a_w0"]) * 1e3, lambda s: median(s["a_c1"]) * 1e3), show_ratio=False)
