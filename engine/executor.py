@@ -207,7 +207,8 @@ counts as inside from the steal that takes a task to the end of ``_help``:
 ``.grad`` written, no hook called) after its caller sees the error (else a ``zero_grad`` in
 the caller's ``except`` could be undone, or an optimizer in a post-accumulate-grad hook step,
 behind its back). A hook that waits for another branch of a failed backward keeps the caller
-waiting with it: with n = 0 that hook could not run at all. What does not: the order of independent nodes and the thread a node runs on.
+waiting with it: with n = 0 that hook could not run at all. What does not: the order of
+independent nodes and the thread a node runs on.
 With n = 0 none of this code runs but a test of ``helpers.n`` per backward call and of
 ``q.multi`` per driven task (and per continuation with a non-empty queue).
 
