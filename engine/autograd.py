@@ -411,19 +411,26 @@ def _async(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Future:
         nonlocal fut
         f, fut = fut, None
         (tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks, tls.saved_hooks_disabled) = state
+        result = error = None
         try:
             with contextlib.ExitStack() as stack:
                 for dev, stream in streams.items():
                     stack.enter_context(dev.stream_context(stream))
                 result = fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - surfaces from future.result()
-            f.set_exception(e)
-        else:
-            f.set_result(result)
+            error = e
         finally:
-            f = result = None
+            # The pool thread's defaults (and streams) again before the future completes: its
+            # done-callbacks run on this thread, and must not run under the caller's state.
             tls.grad_enabled, tls.anomaly, tls.anomaly_check_nan, tls.saved_hooks = True, False, True, ()
             tls.saved_hooks_disabled = None
+        try:
+            if error is None:
+                f.set_result(result)
+            else:
+                f.set_exception(error)
+        finally:
+            f = result = error = None
 
     returned = fut
     get_engine().run_async(job)
