@@ -119,6 +119,19 @@ other exception that escapes the loop of a thread driving a task (an engine bug)
 same path; on a device worker, see Note [Errors]. tests/stress/test_interrupts.py delivers
 the interrupt at each of these points.
 
+Note [Shutdown]
+~~~~~~~~~~~~~~~
+``shutdown()`` pushes one shutdown task to each device worker's queue (a ``_WorkerQueue``), at
+the lowest priority, so the worker drains its queue first; the worker's own loop pops it, closes
+the queue (under its lock: no push slips in after the last pop) and stops. A backward nested in
+a node that worker runs (a reentrant backward, or a pool thread driving one on the borrowed
+queue) may find that queue holding nothing but the shutdown task while its own task still waits
+for a node from another device. It must not take it: it would return with its task unfinished,
+so the node that started it went on with gradients missing, and the worker's own loop would
+find nothing to stop on (shutdown's join hung). Such a loop pops with ``hold``: it waits past a
+shutdown task, which stays queued until the worker's own loop reaches it. A push that a closed
+queue refuses goes to a new worker for the device (``_push``).
+
 Note [Reentrant backward]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
 A backward started while this thread runs a node (``tls.current_task`` is set: from a
@@ -364,6 +377,7 @@ class ReadyQueue:
 
     __slots__ = ("_heap", "_lock", "_cv", "_waiters", "closed")
     multi = False  # several threads pop it: a _SharedQueue (Note [Parallel cpu workers])
+    worker = False  # a device worker's queue, which shutdown() stops: a _WorkerQueue
 
     def __init__(self) -> None:
         self._heap: list = []
@@ -382,16 +396,17 @@ class ReadyQueue:
                 self._cv.notify()
         return True
 
-    def pop(self, until: Any = None) -> tuple:
+    def pop(self, until: Any = None, hold: bool = False) -> tuple:
         """The next task; waits for one. ``until``: a GraphTask whose driver waits here (a
-        parallel task's queue, which holds no wake-ups): ``_NOTHING`` once it is done."""
+        parallel task's queue, which holds no wake-ups): ``_NOTHING`` once it is done.
+        ``hold``: leave a shutdown task queued and wait for another (Note [Shutdown])."""
         with self._lock:
             heap = self._heap
-            if not heap:
+            if not heap or (hold and heap[0][3] is _SHUTDOWN):
                 self._waiters += 1
                 try:
                     timeout = _signal_slice()
-                    while not heap:
+                    while not heap or (hold and heap[0][3] is _SHUTDOWN):
                         if until is not None and until.done:
                             return _NOTHING
                         self._cv.wait(timeout)
@@ -424,6 +439,13 @@ class ReadyQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class _WorkerQueue(ReadyQueue):
+    """A device worker's queue: the one kind that receives shutdown tasks (Note [Shutdown])."""
+
+    __slots__ = ()
+    worker = True
 
 
 class _SharedQueue(ReadyQueue):
@@ -856,7 +878,7 @@ class Engine:
         with self._lock:
             w = self._workers.get(device)
             if w is None:
-                q = ReadyQueue()
+                q = _WorkerQueue()
                 t = threading.Thread(target=self._device_worker, args=(device, q),
                                      name=f"threadgrad-{device}", daemon=True)
                 w = self._workers[device] = (q, t)
@@ -1110,7 +1132,12 @@ class Engine:
         # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
         # [Parallel cpu workers]).
         serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
-        pop = q.pop if serial else (lambda: q.pop(wait_for))  # type: ignore[union-attr]
+        if not serial:
+            pop = lambda: q.pop(wait_for)  # type: ignore[union-attr]  # noqa: E731
+        elif wait_for is not None and q.worker:
+            pop = lambda: q.pop(None, True)  # a backward inside a worker's node: Note [Shutdown]  # noqa: E731
+        else:
+            pop = q.pop
         # (the defaults while a feature was never used: _install's docstring)
         saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
                  tls.anomaly_check_nan if used.anomaly else True,
