@@ -493,3 +493,62 @@ def test_future_done_callbacks_do_not_run_under_the_submitting_threads_state(sta
     engine.get_engine().shutdown()  # joins the pool thread: the callback has run
     assert x.grad.tolist() == [1.0]
     assert seen == {"grad_enabled": True, "recorded": True, "packed": 0}
+
+
+class _Hold(engine.Function):
+    """Identity whose backward signals ``entered`` and waits for ``release``."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    @staticmethod
+    def forward(ctx, x):
+        return ops.mul(x, 1.0)
+
+    @staticmethod
+    def backward(ctx, g):
+        _Hold.entered.set()
+        assert _Hold.release.wait(30)
+        return g
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.xfail(strict=True, reason="bug: shutdown() while a device worker drives a reentrant backward "
+                   "(checkpoint whose output is on virtual:1) that waits for another device: the worker's "
+                   "nested _thread_main takes the shutdown entry and returns with its task unfinished "
+                   "(engine/executor.py _thread_main), so backward returns with .grad None and shutdown hangs")
+def test_shutdown_while_a_device_worker_waits_inside_a_reentrant_backward():
+    eng = engine.get_engine()
+    _Hold.entered.clear()
+    _Hold.release.clear()
+    a = f64([1.0, 2.0])
+
+    def fn(x):  # x on virtual:1; the re-run's inner graph waits on virtual:2 (in _Hold)
+        y = ops.to(_Hold.apply(ops.mul(ops.to(x, "virtual:2"), 3.0)), "virtual:1")
+        return ops.mul(y, x)  # 3 x^2: d/da = 6a
+
+    loss = ops.sum(ops.to(engine.checkpoint(fn, ops.to(a, "virtual:1"), use_reentrant=True), "cpu"))
+    outcome = {}
+
+    def call():
+        try:
+            loss.backward()
+            outcome["grad"] = None if a.grad is None else a.grad.tolist()
+        except RuntimeError as e:  # a clear error would be acceptable too
+            outcome["error"] = str(e)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    assert _Hold.entered.wait(30)  # virtual:1's worker now waits inside the reentrant backward
+    stopper = threading.Thread(target=eng.shutdown, daemon=True)
+    try:
+        stopper.start()
+        caller.join(3)  # (the bug: the call returns here already, before _Hold is released)
+    finally:
+        _Hold.release.set()
+    caller.join(30)
+    assert not caller.is_alive(), "backward hangs"
+    assert outcome.get("grad") == [6.0, 12.0] or "error" in outcome, outcome  # the bug: {'grad': None}
+    stopper.join(30)
+    assert not stopper.is_alive(), "shutdown() hangs"  # the bug: its worker waits on a closed queue
+    assert_engine_usable()
