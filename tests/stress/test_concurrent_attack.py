@@ -7,7 +7,11 @@ and ``shutdown()`` called while calls run; async futures mixed with synchronous 
 checkpoints of both variants over a shared parameter; thread-local saved-tensor hooks, grad
 mode and anomaly mode; in-place changes to a saved tensor while other threads run backward;
 concurrent ``retain_graph=False`` calls through a shared trunk; reentrant custom Functions
-whose inner call fails in some calls only.
+whose inner call fails in some calls only. Two bugs found here are fixed, each with its test:
+a backward_async future completed while its pool thread still carried the caller's state
+(test_future_done_callbacks_do_not_run_under_the_submitting_threads_state), and a backward
+nested in a device worker's node took the shutdown task (test_shutdown_while_a_device_worker_
+waits_inside_a_reentrant_backward).
 
 PyTorch 2.13 semantics: concurrent calls on a graph retained by every call accumulate every
 gradient into a shared leaf (none lost or doubled), each hook runs once per call per tensor,
@@ -467,10 +471,6 @@ class _Gated(engine.Function):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="bug: backward_async's future completes while the pool thread still "
-                   "carries the submitting thread's grad mode and saved-tensor hooks (engine/autograd.py "
-                   "_async: set_result/set_exception run before the thread-local state is reset), so a "
-                   "done-callback runs under another thread's no_grad and pack hooks")
 @pytest.mark.parametrize("state", ["no_grad", "saved_tensors_hooks"])
 def test_future_done_callbacks_do_not_run_under_the_submitting_threads_state(state):
     x = f64([1.0])
@@ -559,10 +559,6 @@ def _shutdown_during_reentrant_backward_on_a_worker() -> int:
 
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.xfail(strict=True, reason="bug: shutdown() while a device worker drives a reentrant backward "
-                   "(checkpoint whose output is on virtual:1) that waits for another device: the worker's "
-                   "nested _thread_main takes the shutdown entry and returns with its task unfinished "
-                   "(engine/executor.py _thread_main), so backward returns with .grad None and shutdown hangs")
 def test_shutdown_while_a_device_worker_waits_inside_a_reentrant_backward():
     # In a child process: the bug leaves a worker stuck for good, which must not leak into other tests.
     code = run_in_fork(_shutdown_during_reentrant_backward_on_a_worker, timeout=80)
