@@ -514,9 +514,13 @@ class _Hold(engine.Function):
         return g
 
 
-def _shutdown_during_reentrant_backward_on_a_worker() -> int:
-    """The scenario of the test below; returns 0 if right, else a code naming what went wrong."""
+def _shutdown_during_reentrant_backward_on_a_worker(depth: int | None = None) -> int:
+    """The scenario of the test below; returns 0 if right, else a code naming what went wrong.
+    ``depth``: the engine's max_recursion_depth (0: the reentrant backward runs on a pool thread,
+    which drives it on the worker's queue while the worker waits)."""
     eng = engine.get_engine()
+    if depth is not None:
+        eng.max_recursion_depth = depth
     _Hold.entered.clear()
     _Hold.release.clear()
     a = f64([1.0, 2.0])
@@ -559,8 +563,9 @@ def _shutdown_during_reentrant_backward_on_a_worker() -> int:
 
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_shutdown_while_a_device_worker_waits_inside_a_reentrant_backward():
+@pytest.mark.parametrize("depth", [None, 0], ids=["inline", "pool thread"])
+def test_shutdown_while_a_device_worker_waits_inside_a_reentrant_backward(depth):
     # In a child process: the bug leaves a worker stuck for good, which must not leak into other tests.
-    code = run_in_fork(_shutdown_during_reentrant_backward_on_a_worker, timeout=80)
+    code = run_in_fork(lambda: _shutdown_during_reentrant_backward_on_a_worker(depth), timeout=80)
     assert code == 0, {2: "backward hangs", 3: "backward returned a wrong/missing gradient",
                        4: "shutdown() hangs", RAISED: "the scenario raised"}.get(code, code)
