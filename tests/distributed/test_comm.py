@@ -54,3 +54,39 @@ def test_the_watchdog_aborts_naming_the_late_work_and_wait_can_time_out():
     msg = abort_message(1, 4, "DDP bucket 2 of 5", 0.2)
     assert msg.startswith("threadgrad.distributed: rank 1 of 4: DDP bucket 2 of 5 did not complete "
                           "within the timeout of 0.2 s")
+
+
+@pytest.mark.timeout(30)
+def test_an_abort_message_waits_until_the_pipe_reader_took_it():
+    """write_stderr's wait before MPI_Abort: the launcher kills the forwarder that reads a rank's
+    stderr pipe right after the abort, and bytes still in the pipe were lost (an abort message
+    missing from the job's output in about 1 of 8 runs of test_distributed's stalled-rank case)."""
+    import fcntl
+    import os
+    import sys
+    import termios
+
+    from threadgrad.distributed._comm import _wait_until_read
+
+    def unread(fd):
+        buf = bytearray(4)
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+        return int.from_bytes(buf, sys.byteorder)
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b"rank 0 of 2: aborting\n")
+        go, got = threading.Event(), []
+        reader = threading.Thread(target=lambda: (go.wait(10), got.append(os.read(r, 100))))
+        reader.start()
+        go.set()
+        _wait_until_read(w, limit=10)  # returns once the reader emptied the pipe
+        assert unread(w) == 0
+        reader.join(10)
+        assert got == [b"rank 0 of 2: aborting\n"]
+        os.write(w, b"nobody reads this\n")
+        _wait_until_read(w, limit=0.05)  # bounded: no reader, it gives up
+        assert unread(w) == len(b"nobody reads this\n")
+    finally:
+        os.close(r)
+        os.close(w)

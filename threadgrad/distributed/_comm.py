@@ -170,5 +170,23 @@ def write_stderr(message: str) -> None:
     try:
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
+        _wait_until_read(sys.stderr.fileno())
     except Exception:  # noqa: BLE001 - best effort before an abort
         pass
+
+
+def _wait_until_read(fd: int, limit: float = 2.0) -> None:
+    """Wait (up to ``limit`` seconds) until the reader of pipe ``fd`` took what was written:
+    MPI_Abort next makes the launcher kill this process's forwarder, and bytes still in the
+    pipe were lost with it (an abort message missing from the job's output)."""
+    import fcntl
+    import termios
+    import time
+
+    end = time.monotonic() + limit
+    buf = bytearray(4)
+    while time.monotonic() < end:
+        fcntl.ioctl(fd, termios.FIONREAD, buf)
+        if not int.from_bytes(buf, sys.byteorder):
+            return
+        time.sleep(0.001)
