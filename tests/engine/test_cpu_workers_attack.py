@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 import pytest
-from cpu_workers_util import BARRIER_TIMEOUT, f64
+from cpu_workers_util import BARRIER_TIMEOUT, NaNGrad, f64
 
 from threadgrad import engine, ops
 from threadgrad.engine.saved_hooks import saved_tensors_hooks
@@ -191,16 +191,6 @@ def test_a_failing_branch_raises_as_with_n_zero_and_leaves_no_partial_grad(worke
         assert same([arr(w.grad) for w in ws], full)
 
 
-class _NaN(engine.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * float("nan")
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fail_at", [0, 5])
 def test_anomaly_nan_in_a_private_branch_same_error_and_warnings_as_n_zero(workers, fail_at):
@@ -218,7 +208,7 @@ def test_anomaly_nan_in_a_private_branch_same_error_and_warnings_as_n_zero(worke
                 for i, w in enumerate(ws):
                     t = w * float(i + 1)
                     if i == fail_at:
-                        t = _NaN.apply(t)
+                        t = NaNGrad.apply(t)
                     outs.append((ops.tanh(t) * 2.0).sum())
                 with pytest.raises(RuntimeError) as info:
                     ops.sum(ops.stack(outs)).backward()
@@ -227,12 +217,12 @@ def test_anomaly_nan_in_a_private_branch_same_error_and_warnings_as_n_zero(worke
         return str(info.value), warned, notes, ws[fail_at].grad is None
 
     want = against_n_zero(workers, run)
-    assert want == ("Function '_NaNBackward' returned nan values in its 0th output. "
-                    "[raised in _NaNBackward during backward]",
+    assert want == ("Function 'NaNGradBackward' returned nan values in its 0th output. "
+                    "[raised in NaNGradBackward during backward]",
                     ["Anomaly Detection has been enabled. This mode will increase the runtime and should "
                      "only be enabled for debugging.",
-                     "Error detected in _NaNBackward. Traceback of forward call that caused the error:"],
-                    ["Traceback of forward call that caused the error (anomaly mode, node _NaNBackward):"],
+                     "Error detected in NaNGradBackward. Traceback of forward call that caused the error:"],
+                    ["Traceback of forward call that caused the error (anomaly mode, node NaNGradBackward):"],
                     True)
 
 
