@@ -133,7 +133,7 @@ def record_binary(node: Node, a: Tensor, b: Tensor, out: Tensor,
     fb = b.grad_fn
     node.next_edges = ((fa, a._output_nr) if fa is not None else _edge(a),
                        (fb, b._output_nr) if fb is not None else _edge(b))
-    ad, bd = a.data, b.data  # the arrays: Tensor.shape/.dtype are Python properties
+    ad, bd = a._data, b._data  # the arrays: Tensor.shape/.dtype are Python properties
     node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = ad.shape, ad.dtype, bd.shape, bd.dtype  # type: ignore[attr-defined]
     out.grad_fn = node
     out._rg = True
@@ -189,7 +189,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
     t = _new_tensor(Tensor)
     if not data.ndim:  # a numpy scalar: a Tensor always holds an array (see _wrap)
         data = dev.xp.asarray(data)
-    t.data = data
+    t._data = data
     t.device = dev
     t._grad = None
     t._vc = vc = [0]
@@ -214,7 +214,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
         pack_saved(node, (t if saved is OUTPUT else saved,))
     elif saved is OUTPUT:
         s = _new_tensor(SavedOutput)  # SavedOutput(t), without its __init__ frame
-        s.data, s._vc, s.output_nr, s.device = data, vc, 0, dev
+        s._data, s._vc, s.output_nr, s.device = data, vc, 0, dev
         node._saved = (s,)
         node._saved_ver = (0,)  # a new output's version (a constant: no tuple is built)
     else:
@@ -227,11 +227,11 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
 
 def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
                   saved_a: "Tensor | None" = None, saved_b: "Tensor | None" = None) -> Tensor:
-    """The output of a two-input elementwise op: ``data`` (computed from ``a.data`` and
-    ``b.data``, same device) in torch's result dtype, as a Tensor. When grad mode is on and
+    """The output of a two-input elementwise op: ``data`` (computed from ``a._data`` and
+    ``b._data``, same device) in torch's result dtype, as a Tensor. When grad mode is on and
     an input requires grad, its grad_fn is a new ``node_cls()`` (an ``ops.elementwise._Binary``)
     recorded as ``record_binary(node, a, b, out, saved_a, saved_b)`` would. See Note [Result makers]."""
-    ad, bd = a.data, b.data
+    ad, bd = a._data, b._data
     adt, bdt = ad.dtype, bd.dtype
     if adt is not bdt and adt != bdt:  # identity first: numpy's builtin dtypes are shared instances
         data = promoted(data, a, b)
@@ -239,7 +239,7 @@ def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
     t = _new_tensor(Tensor)
     if not data.ndim:  # a numpy scalar: a Tensor always holds an array (see _wrap)
         data = dev.xp.asarray(data)
-    t.data = data
+    t._data = data
     t.device = dev
     t._grad = None
     t._vc = [0]

@@ -214,7 +214,7 @@ class Function:
 
 
 def _alias(t: Tensor) -> Tensor:
-    out = _wrap(t.data, t.device)
+    out = _wrap(t._data, t.device)
     out._vc = t._vc
     return out
 

@@ -48,19 +48,19 @@ def _differentiable(outputs: tuple) -> list:
 
 
 def _host(t: Tensor) -> numpy.ndarray:
-    return numpy.array(t.device.to_host(t.data), dtype=numpy.float64, copy=True).reshape(-1)
+    return numpy.array(t.device.to_host(t._data), dtype=numpy.float64, copy=True).reshape(-1)
 
 
 def _numerical(fn: Callable, inputs: tuple, diff: list, out_idx: list, eps: float) -> list:
     """``jac[k][i]``: d(output out_idx[k]) / d(input diff[i]) as an (n_out, n_in) float64 array."""
     base = _as_outputs(fn(*inputs))
-    sizes = [base[j].data.size for j in out_idx]
-    jac = [[numpy.zeros((n, inputs[i].data.size)) for i in diff] for n in sizes]
+    sizes = [base[j]._data.size for j in out_idx]
+    jac = [[numpy.zeros((n, inputs[i]._data.size)) for i in diff] for n in sizes]
     for col, i in enumerate(diff):
         x = inputs[i]
-        if not x.data.flags.c_contiguous:
+        if not x._data.flags.c_contiguous:
             raise ValueError(f"gradcheck: input {i} must be contiguous (pass x.clone().detach().requires_grad_())")
-        flat = x.data.reshape(-1)  # a view of a contiguous array: writes reach x.data
+        flat = x._data.reshape(-1)  # a view of a contiguous array: writes reach x._data
         for e in range(flat.size):
             orig = flat[e].item()
             flat[e] = orig + eps
@@ -81,8 +81,8 @@ def _analytical(outputs: tuple, inputs: tuple, diff: list, out_idx: list) -> lis
     jac = []
     for j in out_idx:
         out = outputs[j]
-        n = out.data.size
-        rows = [numpy.zeros((n, inputs[i].data.size)) for i in diff]
+        n = out._data.size
+        rows = [numpy.zeros((n, inputs[i]._data.size)) for i in diff]
         if out._rg:
             xp = out.device.xp
             for r in range(n):

@@ -245,16 +245,16 @@ class SavedOutput:
     cycle output -> grad_fn -> saved output. Unpacking rebuilds a Tensor whose grad_fn is
     the node (alive, since it is the node doing the unpacking)."""
 
-    __slots__ = ("data", "_vc", "output_nr", "device")
+    __slots__ = ("_data", "_vc", "output_nr", "device")
 
     def __init__(self, t: "Tensor") -> None:
-        self.data = t.data
+        self._data = t._data
         self._vc = t._vc
         self.output_nr = t._output_nr
         self.device = t.device
 
     def unpack(self, node: "Node") -> "Tensor":
-        t = _wrap(self.data, self.device)
+        t = _wrap(self._data, self.device)
         t.grad_fn = node
         t._rg = True
         t._vc = self._vc
@@ -292,7 +292,7 @@ class SavedHooked:
             raise TypeError(f"saved-tensor unpack hook returned {type(u).__name__} in {node.name()}; expected a Tensor")
         if not self.requires_grad:
             return u  # no place in the graph to take: the unpacked tensor as it is (torch's identity)
-        t = _wrap(u.data, u.device)
+        t = _wrap(u._data, u.device)
         t.grad_fn = node if self.is_output else self.grad_fn
         t._output_nr = self.output_nr
         t._rg = self.requires_grad
@@ -479,7 +479,7 @@ class Node:
                 if e._vc[0] == self._saved_ver[0]:
                     return (e,)
             elif te is SavedOutput and e._vc[0] == self._saved_ver[0]:
-                t = _wrap(e.data, e.device)
+                t = _wrap(e._data, e.device)
                 t.grad_fn = self
                 t._rg = True
                 t._vc = e._vc
@@ -516,20 +516,20 @@ class Node:
             if n == 1:
                 e = saved[0]
                 if e is not None and type(e) is not SavedHooked and e._vc[0] == vers[0]:
-                    return (e.data,)
+                    return (e._data,)
             elif n == 2:
                 a, b = saved
                 if ((a is None or (type(a) is not SavedHooked and a._vc[0] == vers[0]))
                         and (b is None or (type(b) is not SavedHooked and b._vc[0] == vers[1]))):
-                    return (None if a is None else a.data, None if b is None else b.data)
+                    return (None if a is None else a._data, None if b is None else b._data)
             else:
                 for e, v in zip(saved, vers):
                     if e is not None and (type(e) is SavedHooked or e._vc[0] != v):
                         break
                 else:
-                    return tuple([None if e is None else e.data for e in saved])
+                    return tuple([None if e is None else e._data for e in saved])
         # Freed, modified or hooked: the general path raises or unpacks through the hooks.
-        return tuple([None if t is None else t.data for t in self.saved_tensors()])
+        return tuple([None if t is None else t._data for t in self.saved_tensors()])
 
     def saved_summary(self) -> tuple | None:
         """What forward saved, described without unpacking it (no hook runs, no version
@@ -546,7 +546,7 @@ class Node:
         if saved is None:
             return None
         return tuple([None if e is None else "packed by a hook" if type(e) is SavedHooked
-                      else (e.data.shape, e.data.dtype, e.device) for e in saved])
+                      else (e._data.shape, e._data.dtype, e.device) for e in saved])
 
     def release_variables(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""

@@ -75,7 +75,7 @@ def _broadcast(a: tuple, b: tuple, name: str) -> tuple:
 def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     """True when autograd must record this in-place op; raises where torch refuses it."""
     check_tensor(self, name, "self")
-    if not getattr(self.data.flags, "writeable", True):
+    if not getattr(self._data.flags, "writeable", True):
         raise RuntimeError(f"{name}: this tensor is a read-only view (an expand() result, whose elements share "
                            f"memory); clone() it before writing to it")
     if not tls.grad_enabled:
@@ -137,7 +137,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
 
 def _snapshot(self: Tensor) -> Tensor:
     """A tensor over a copy of ``self``'s array that stands for ``self`` in the graph."""
-    snap = _wrap(self.data.copy(), self.device)
+    snap = _wrap(self._data.copy(), self.device)
     snap.grad_fn, snap._output_nr, snap._rg = self.grad_fn, self._output_nr, self._rg
     return snap
 
@@ -151,7 +151,7 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     root = self._base
     if root is not None:
         rebase(root, _snapshot(root), view_index(self, root), result)
-    self.data[...] = result.data
+    self._data[...] = result._data
     _bump(self, recorded=True)
     if root is not None:
         regenerate(self)  # a view of the rebased base: See Note [Stale views] in views.py
@@ -172,7 +172,7 @@ def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = Fal
     def method(self: Tensor, other: Any, alpha: Any = None) -> Tensor:
         given = other
         other = _other(self, other, name)
-        if refuse_bool and (self.data.dtype is BOOL or other.data.dtype is BOOL or type(given) is bool):
+        if refuse_bool and (self._data.dtype is BOOL or other._data.dtype is BOOL or type(given) is bool):
             elementwise.check_sub_operands(self, given, self, other, name)
         if alpha is not None:
             other = elementwise.mul(other, alpha)
@@ -184,7 +184,7 @@ def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = Fal
             rdt = self.device.xp.dtype("float32")
         shape = _broadcast(self.shape, other.shape, name)
         _check_write(self, rdt, shape, name)
-        getattr(self.device.xp, ufunc)(self.data, other.data, out=self.data, casting="unsafe")
+        getattr(self.device.xp, ufunc)(self._data, other._data, out=self._data, casting="unsafe")
         _bump(self)
         return self
 
@@ -207,7 +207,7 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     v = as_operand(value, self, name)
     record = _must_record(self, (v,), name)
     if v.device is not self.device:  # copy_ and setitem take values from any device
-        v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
+        v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v._data)), self.device)
     if record:
         narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
         return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow,
@@ -215,7 +215,7 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
-        self.data[index.convert_index(idx, self, name)] = v.data
+        self._data[index.convert_index(idx, self, name)] = v._data
     except (IndexError, ValueError) as e:
         raise type(e)(f"{name}: cannot write a value of shape {list(v.shape)} at index {idx!r:.80} "
                       f"of a tensor of shape {list(self.shape)} ({e})") from None

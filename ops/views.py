@@ -70,7 +70,7 @@ def view_offset(view: Tensor, base: Tensor) -> int | None:
     """``view``'s first element's offset in ``base``'s memory, in elements; None when the
     layout cannot be read (the base's array has gaps, or the view is not aligned on its
     elements). Cheap: no array is built."""
-    r, v = base.data, view.data
+    r, v = base._data, view._data
     if not (r.flags.c_contiguous or r.flags.f_contiguous):
         return None
     size = r.itemsize
@@ -87,7 +87,7 @@ def view_index(view: Tensor, base: Tensor) -> Any:
     start = view_offset(view, base)
     if start is None:
         return None
-    r, v = base.data, view.data
+    r, v = base._data, view._data
     size = r.itemsize
     # Each element's C-order position, laid out in memory as the base's elements are: the
     # view's offset and strides then pick its elements' positions.
@@ -112,7 +112,7 @@ def regenerate(t: Tensor) -> bool:
     prev = tls.grad_enabled
     tls.grad_enabled = True  # the history is recorded whatever the mode it is asked for in
     try:
-        proxy = _wrap(base.data, base.device)  # stands for the base in the graph (shares no counter)
+        proxy = _wrap(base._data, base.device)  # stands for the base in the graph (shares no counter)
         proxy.grad_fn, proxy._output_nr, proxy._rg = base.grad_fn, base._output_nr, base._rg
         regen = index.take_view(shape.reshape(proxy, (-1,)), idx)
     finally:
@@ -211,7 +211,7 @@ def rebase_dirty(node: Node, view: Tensor, base: Tensor, idx: Any) -> None:
     """The base of a dirty view becomes index_put(old base, the view's positions, the Function's
     output), as an in-place op on a view does (Note [In-place ops on views])."""
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
-        s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
+        s = _wrap(t._data, t.device)  # no copy: reshape and index_put save no values, only edges
         s.grad_fn, s._output_nr, s._rg = fn, nr, rg
         return s
 
