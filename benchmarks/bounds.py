@@ -172,7 +172,7 @@ def minimal_recording_chain(x: Tensor, c: Tensor, n: int) -> Tensor:
     node.next_edges = ((grad_accumulator(x), 0),)
     node._saved = (SavedOutput(out),)
     node._saved_ver = (out._vc[0],)
-    out.grad_fn = node
+    out._grad_fn = node
     out._rg = True
     h = out
     for i in range(1, n):
@@ -180,7 +180,7 @@ def minimal_recording_chain(x: Tensor, c: Tensor, n: int) -> Tensor:
             out = wrap(tanh(h._data), cpu)
             node = TanhBackward0()
             node.sequence_nr = seq()
-            node.next_edges = ((h.grad_fn, h._output_nr),)
+            node.next_edges = ((h._grad_fn, h._output_nr),)
             node._saved = (SavedOutput(out),)
             node._saved_ver = (out._vc[0],)
         else:
@@ -189,10 +189,10 @@ def minimal_recording_chain(x: Tensor, c: Tensor, n: int) -> Tensor:
             node = MulBackward0()
             node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = ad.shape, ad.dtype, c_shape, c_dtype
             node.sequence_nr = seq()
-            node.next_edges = ((h.grad_fn, h._output_nr), c_edge)
+            node.next_edges = ((h._grad_fn, h._output_nr), c_edge)
             node._saved = (None, c)
             node._saved_ver = (None, c_ver)
-        out.grad_fn = node
+        out._grad_fn = node
         out._rg = True
         h = out
     return h

@@ -239,7 +239,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         out_meta.append((o.shape, o.dtype, o.device))
         if given in ctx._non_diff or o.dtype.kind not in "fc":
             continue
-        o.grad_fn = ctx
+        o._grad_fn = ctx
         o._rg = True
         o._output_nr = i
         if given not in ctx._dirty and any(o._vc is a._vc for a in args if isinstance(a, Tensor)):
@@ -248,7 +248,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
             ctx.custom_view_outputs = ctx.custom_view_outputs + (i,)
     gens = []
     for o, base in rebase:
-        if o.grad_fn is not ctx:
+        if o._grad_fn is not ctx:
             continue  # not differentiable: no history changes
         if base is not None:
             rebase_dirty(ctx, o, *base)

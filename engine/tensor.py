@@ -77,7 +77,7 @@ class Tensor:
     # views and aliases. _base: the tensor this one is a view of, or None (Note [Versions and
     # views] in versions.py). _output_nr: which output of grad_fn this is. _acc: weakref to the
     # leaf's AccumulateGrad. _ext: _TensorExt or None.
-    __slots__ = ("_data", "device", "grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
+    __slots__ = ("_data", "device", "_grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
                  "__weakref__")
 
     __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our operators
@@ -88,7 +88,7 @@ class Tensor:
             data = dev.asarray(data)
         self._data = data
         self.device = dev
-        self.grad_fn = None
+        self._grad_fn = None
         self._rg = False
         self._grad = None
         self._vc = [0]
@@ -176,7 +176,7 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
         flag = bool(flag)
-        if self.grad_fn is not None:
+        if self._grad_fn is not None:
             if not flag:
                 raise RuntimeError(
                     "you can only change requires_grad flags of leaf variables. If you want to use a computed "
@@ -194,10 +194,23 @@ class Tensor:
         return self
 
     @property
+    def grad_fn(self) -> Any:
+        """The Node that made this tensor (None for a leaf). A view whose base changed in place
+        since gets its history anew first, as torch regenerates it on read (Note [Stale views]
+        in ops/views.py); the engine reads the slot ``_grad_fn``."""
+        if self._base is not None:
+            _state.refresh_view(self, "grad_fn")
+        return self._grad_fn
+
+    @grad_fn.setter
+    def grad_fn(self, value: Any) -> None:
+        raise AttributeError("attribute 'grad_fn' of 'Tensor' objects is not writable")  # torch's words
+
+    @property
     def is_leaf(self) -> bool:
         if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "is_leaf")
-        return self.grad_fn is None
+        return self._grad_fn is None
 
     @property
     def grad(self) -> "Tensor | None":
@@ -239,12 +252,12 @@ class Tensor:
             _state.refresh_view(self, "retain_grad")
         if not self._rg:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-        if self.grad_fn is None:
+        if self._grad_fn is None:
             return
         ext = self._ext_obj()
         if ext.retains_grad:
             return
-        hooks = self.grad_fn._hooks_obj()
+        hooks = self._grad_fn._hooks_obj()
         ref = weakref.ref(self)
 
         def retain(grad: Tensor) -> None:
@@ -265,8 +278,8 @@ class Tensor:
             _state.refresh_view(self, "register_hook")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        if self.grad_fn is not None:
-            return _add_hook(tensor_hook_table(self.grad_fn._hooks_obj(), self._output_nr), "fns", fn)
+        if self._grad_fn is not None:
+            return _add_hook(tensor_hook_table(self._grad_fn._hooks_obj(), self._output_nr), "fns", fn)
         ext = self._ext_obj()
         leaf_hooks = ext.hooks
         if leaf_hooks is None:
@@ -294,7 +307,7 @@ class Tensor:
 
     def register_post_accumulate_grad_hook(self, fn: Callable[["Tensor"], None]) -> RemovableHandle:
         """``fn(tensor)`` runs after a gradient was accumulated into this leaf's ``.grad``."""
-        if self.grad_fn is not None:
+        if self._grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
@@ -357,7 +370,7 @@ class Tensor:
         (torch's ``detach_``). A view cannot be detached in place."""
         if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
-        self.grad_fn = None
+        self._grad_fn = None
         self._rg = False
         self._output_nr = 0
         return self
@@ -374,8 +387,8 @@ class Tensor:
         extra = ""
         if self.device is not _cpu:
             extra += f", device='{self.device}'"
-        if self.grad_fn is not None:
-            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        if self._grad_fn is not None:
+            extra += f", grad_fn=<{self._grad_fn.name()}>"
         elif self._rg:
             extra += ", requires_grad=True"
         body = numpy.array2string(self.device.to_host(self._data), separator=", ", prefix="tensor(")
@@ -415,7 +428,7 @@ def _wrap(data: Any, device: Device) -> Tensor:
         data = device.xp.asarray(data)
     t._data = data
     t.device = device
-    t.grad_fn = None
+    t._grad_fn = None
     t._rg = False
     t._grad = None
     t._vc = [0]
@@ -455,7 +468,7 @@ def gradient_edge(t: Tensor) -> tuple:
     """``(node, input_nr)`` through which a gradient reaches ``t``; ``(None, 0)`` if none does."""
     if t._base is not None:  # See Note [Stale views] in ops/views.py
         _state.refresh_view(t, "backward")
-    fn = t.grad_fn
+    fn = t._grad_fn
     if fn is not None:
         return (fn, t._output_nr)
     if t._rg:

@@ -81,9 +81,9 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if not tls.grad_enabled:
         return False
     root = self._base
-    if root is None and self.grad_fn is None and self._rg:
+    if root is None and self._grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
-    fn = self.grad_fn
+    fn = self._grad_fn
     if fn is not None and self._output_nr in fn.custom_view_outputs:
         raise RuntimeError(
             f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
@@ -103,12 +103,12 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         no_grad_view = fn is None and self._ext is not None and self._ext.no_grad_view
         if fn is None and self._rg and not no_grad_view:
             raise RuntimeError(LEAF_MESSAGE)  # a view that was made a leaf of its own (requires_grad_())
-        if root.grad_fn is None and root._rg:
+        if root._grad_fn is None and root._rg:
             if no_grad_view:
                 raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if fn is None and root.grad_fn is not None:
+        if fn is None and root._grad_fn is not None:
             # A view made while nothing was recorded (no_grad) of a base that has a graph: the
             # change must reach the base's graph even if nothing here requires grad, so the
             # view first takes its history from the base (Note [In-place ops on views] in views.py).
@@ -116,7 +116,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
     if root is not None:
-        if self.grad_fn is not None and root.grad_fn is not None and not regenerated:
+        if self._grad_fn is not None and root._grad_fn is not None and not regenerated:
             # The op reads the view's elements of the base as it is now, through a new node: as
             # in torch's CopySlices, the gradient for them goes straight to the base's history,
             # never through the view's old grad_fn, whose hooks must not fire (Note [Stale views]).
@@ -125,7 +125,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         # the graph through CopySlices, as torch's (the "fill a preallocated buffer" pattern).
         # Refused: a view made under no_grad of a base in the graph that could not take its
         # history anew, and a base whose array layout cannot be read.
-        if (self.grad_fn is None and root.grad_fn is not None) or view_offset(self, root) is None:
+        if (self._grad_fn is None and root._grad_fn is not None) or view_offset(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
                 f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "
@@ -138,7 +138,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
 def _snapshot(self: Tensor) -> Tensor:
     """A tensor over a copy of ``self``'s array that stands for ``self`` in the graph."""
     snap = _wrap(self._data.copy(), self.device)
-    snap.grad_fn, snap._output_nr, snap._rg = self.grad_fn, self._output_nr, self._rg
+    snap._grad_fn, snap._output_nr, snap._rg = self._grad_fn, self._output_nr, self._rg
     return snap
 
 
