@@ -248,15 +248,18 @@ class AsStridedBackward0(IndexBackward0):
     __slots__ = ()
 
 
-def take_view(flat: Tensor, positions: Any) -> Tensor:
-    """``flat[positions]`` for a view's regenerated history (``regenerate`` in views.py):
-    the positions are internal, so kept on the node as they are, not saved (torch's
-    AsStridedBackward0 saves nothing: Note [Saved indices])."""
-    out = _wrap(flat._data[positions], flat.device)
-    if tls.grad_enabled and flat._rg:
+def take_view(base: Tensor, positions: Any) -> Tensor:
+    """The elements of ``base`` at ``positions`` (C-order positions, an array of the view's
+    shape) for a view's regenerated history (``regenerate`` in views.py), as one node on the
+    base, as torch's: the positions become one index array per dim. They are internal, so kept
+    on the node as they are, not saved (torch's AsStridedBackward0 saves nothing: Note [Saved
+    indices])."""
+    index = numpy.unravel_index(positions, base.shape) if base._data.ndim > 1 else positions
+    out = _wrap(base._data[index], base.device)
+    if tls.grad_enabled and base._rg:
         node = AsStridedBackward0()
-        node.in_shape, node.index, node.basic = flat.shape, positions, False
-        record_unary(node, flat, out)
+        node.in_shape, node.index, node.basic = base.shape, index, False
+        record_unary(node, base, out)
     return out
 
 

@@ -114,7 +114,7 @@ def regenerate(t: Tensor) -> bool:
     try:
         proxy = _wrap(base._data, base.device)  # stands for the base in the graph (shares no counter)
         proxy._grad_fn, proxy._output_nr, proxy._rg = base._grad_fn, base._output_nr, base._rg
-        regen = index.take_view(shape.reshape(proxy, (-1,)), idx)
+        regen = index.take_view(proxy if proxy._data.ndim else shape.reshape(proxy, (-1,)), idx)
     finally:
         tls.grad_enabled = prev
     old_fn, old_nr = t._grad_fn, t._output_nr
