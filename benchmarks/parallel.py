@@ -209,6 +209,15 @@ def _timed_cpu(fn: Callable[[], Any]) -> tuple[float, float]:
         return time.perf_counter() - t0, time.process_time() - c0
 
 
+def _threads_cpu(fns: list[Callable[[], Any]]) -> tuple[float, float]:
+    """``_run_threads``'s wall time, and the process's CPU time over the same call (every
+    thread's): the same work costing more CPU on 2 threads than on 1 is contention between them
+    (shared cache lines, locks), which a busy second core hides rather than causes."""
+    c0 = time.process_time()
+    dt = _run_threads(fns)
+    return dt, time.process_time() - c0
+
+
 def _close(a: numpy.ndarray, b: numpy.ndarray) -> bool:
     return bool(numpy.allclose(a, b, rtol=1e-9, atol=1e-12))
 
@@ -342,16 +351,20 @@ def worker(quick: bool) -> dict[str, Any]:
         for _ in range(inner):
             ys = chains()
             with gc_paused():
-                seq = _run_threads([lambda: [y.backward() for y, _ in ys]])
+                seq, seq_cpu = _threads_cpu([lambda: [y.backward() for y, _ in ys]])
             ys = chains()
             with gc_paused():
-                par = _run_threads([lambda y=y: y.backward() for y, _ in ys])
+                par, par_cpu = _threads_cpu([lambda y=y: y.backward() for y, _ in ys])
             ys = []
             put("c_seq", seq, r)
             put("c_par", par, r)
+            put("c_cpu", par_cpu / seq_cpu, r)
             with gc_paused():
-                put("c_cseq", _run_threads([lambda: (floor_call(0)(), floor_call(1)())]), r)
-                put("c_cpar", _run_threads([floor_call(0), floor_call(1)]), r)
+                cseq, cseq_cpu = _threads_cpu([lambda: (floor_call(0)(), floor_call(1)())])
+                cpar, cpar_cpu = _threads_cpu([floor_call(0), floor_call(1)])
+            put("c_cseq", cseq, r)
+            put("c_cpar", cpar, r)
+            put("c_ccpu", cpar_cpu / cseq_cpu, r)
 
     # d. 4 threads on one shared retained chain vs the same 4 calls in a row.
     log(f"parallel: d. 4 threads on one retained {chain_n:,}-node chain x{repeats * inner}")
@@ -549,6 +562,8 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     rc = Row("c. 2 threads, each a backward of its own chain, vs both in a row: throughput",
              pair(lambda s: _speedup(s, "c_seq", "c_par"), lambda s: _speedup(s, "c_cseq", "c_cpar")),
              show_ratio=False)
+    rc_cpu = Row("c. CPU time of that work, 2 threads / in a row (1.0: no contention between the threads)",
+                 pair(lambda s: median(s["c_cpu"]), lambda s: median(s["c_ccpu"])), show_ratio=False)
     rc_rel = Row("c. 2 threads on their own chains: scaling / the control's",
                  pair(lambda s: _rel(s, "c_seq", "c_par", "c_cseq", "c_cpar")), target=f"≥ {TARGET_OWN_CHAINS} (FT)")
     judged(rc_rel, rc_rel.values["FT"], lambda v: v >= TARGET_OWN_CHAINS)
@@ -567,7 +582,8 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     rz = Row("z. machine check: 2 pure-Python walks on 2 threads vs in a row (FT: about 2.0 on free cores)",
              {"GIL control": _speedup(G, "z_seq", "z_par") if G and "z_seq" in G else None,
               "FT control": _speedup(F, "z_seq", "z_par") if F and "z_seq" in F else None}, show_ratio=False)
-    rows = [ra, ra_rel, ra_split, ra_ms, ra_cpu, ra2, ra2_ms, ra2_cpu, rb, rb_rel, rb_ms, rb_cpu, rb_flt, rc, rc_rel, rd, re_us, re_floor,
+    rows = [ra, ra_rel, ra_split, ra_ms, ra_cpu, ra2, ra2_ms, ra2_cpu, rb, rb_rel, rb_ms, rb_cpu, rb_flt,
+            rc, rc_cpu, rc_rel, rd, re_us, re_floor,
             re_pure, rz]
     if G and F:
         # Within each process, threadgrad per node / the control's per node, repeat by repeat,
