@@ -93,3 +93,39 @@ def test_data_assignment_matches_torch_in_a_training_loop_and_under_a_saved_grap
     y.backward()
     ty.backward()
     np.testing.assert_allclose(p.grad.data, tp.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_data_idiom_in_post_accumulate_grad_hooks_matches_torch(workers):
+    """The optimizer-in-backward pattern with torch's old idiom: each parameter steps in its own
+    post-accumulate-grad hook (``p.data -= lr * p.grad; p.grad = None``), with and without
+    parallel cpu workers; torch as the oracle."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    ws = [rng.standard_normal((4, 4)) / 2 for _ in range(3)]
+    xa = rng.standard_normal((2, 4))
+    lr = 0.1
+
+    def hook(p):
+        p.data -= lr * p.grad
+        p.grad = None
+
+    params = [engine.tensor(w, dtype=np.float64, requires_grad=True) for w in ws]
+    tparams = [torch.tensor(w, requires_grad=True) for w in ws]
+    for p, tp in zip(params, tparams):
+        p.register_post_accumulate_grad_hook(hook)
+        tp.register_post_accumulate_grad_hook(hook)
+    prev = engine.set_cpu_workers(workers)
+    try:
+        for _ in range(3):
+            x, tx = engine.tensor(xa, dtype=np.float64), torch.tensor(xa)
+            branches = [ops.tanh(ops.matmul(x, p)) for p in params]  # independent branches
+            tbranches = [torch.tanh(tx @ tp) for tp in tparams]
+            ops.sum(ops.add(ops.add(branches[0], branches[1]), branches[2])).backward()
+            (tbranches[0] + tbranches[1] + tbranches[2]).sum().backward()
+    finally:
+        engine.set_cpu_workers(prev)
+    for p, tp in zip(params, tparams):
+        assert type(p.data) is np.ndarray and p.grad is None and tp.grad is None
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-12, atol=1e-14)
