@@ -25,6 +25,7 @@ other values may be set as plain attributes.
 from __future__ import annotations
 
 import functools
+import inspect
 import traceback
 import warnings
 from typing import Any, Callable
@@ -176,6 +177,11 @@ class Function:
         ctx._to_save = ()
         ctx._non_diff = ctx._dirty = frozenset()
         ctx._materialize = True
+        if cls._separate_ctx:
+            # As torch: setup_context sees every forward argument, defaults filled in.
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
         for a in args:
             if isinstance(a, Tensor) and a._base is not None:
                 _state.refresh_view(a, f"{cls.__name__}.apply")  # maybe stale: Note [Stale views] in ops/views.py
