@@ -12,6 +12,7 @@ defined once, in ops/ (see ops/_methods.py).
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -27,6 +28,13 @@ from .graph import (AccumulateGrad, HookTable, NodeHooks, RemovableHandle, _add_
                     share_tensor_hooks, tensor_hook_table)
 
 _cpu = devices.cpu
+
+NON_LEAF_GRAD_WARNING = (  # torch's words (TensorBase::grad)
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
+    "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
+    "you access the leaf Tensor instead."
+)
 
 
 class _TensorExt:
@@ -166,7 +174,10 @@ class Tensor:
 
     @property
     def grad(self) -> "Tensor | None":
-        return self._grad
+        g = self._grad
+        if g is None and self.grad_fn is not None and not self.retains_grad:
+            warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return g
 
     @grad.setter
     def grad(self, value: "Tensor | None") -> None:
