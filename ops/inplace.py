@@ -97,6 +97,12 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
                 raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
+        if root.grad_fn is None and self._rg and not no_grad_view:
+            # A view of a view that was made a leaf of its own (y = x.view(2); y.requires_grad_();
+            # z = y.view(2)): z's base is x, outside the graph, but writing to z writes y. torch's
+            # check_inplace refuses a view that requires grad over a leaf base, whatever the base.
+            raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
         if fn is None and root.grad_fn is not None:
             # A view made while nothing was recorded (no_grad) of a base that has a graph: the
             # change must reach the base's graph even if nothing here requires grad, so the
