@@ -153,6 +153,16 @@ class Function:
         cls._node_cls = type(f"{cls.__name__}Backward", (FunctionCtx,), {"__slots__": ()})
         cls._separate_ctx = cls.setup_context is not Function.setup_context
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(f"{self.__class__} should not be instantiated. Methods on autograd functions are all static, "
+                      "so you should invoke them on the class itself. Instantiating an autograd function will raise "
+                      "an error in a future version of PyTorch.", DeprecationWarning, stacklevel=2)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "Legacy autograd function with non-static forward method is deprecated. Please use new-style autograd "
+            "function with static forward method: call F.apply(...) on the class (docs/custom_functions.md).")
+
     @staticmethod
     def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("You must implement the forward function for custom autograd.Function.")

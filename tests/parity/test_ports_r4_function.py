@@ -766,3 +766,102 @@ def test_inplace_on_view_multi_output_safe():
         s1, s2, s3 = f(b)
         with pytest.raises(RuntimeError, match="This view is the output of a function that returns multiple views."):
             s1.mul_(s2)
+
+
+def test_legacy_function_deprecation_exception():
+    """Port of test_autograd.py TestAutograd.test_legacy_function_deprecation_exception."""
+    class MyFunction(engine.Function):
+        def forward(self, x):
+            return x
+
+        def backward(self, grad_output):
+            return grad_output
+
+    with pytest.warns(DeprecationWarning, match="should not be instantiated"):
+        f = MyFunction()
+    with pytest.raises(RuntimeError, match="Legacy autograd function with non-static forward method is deprecated"):
+        f(randn(3, 4))
+
+
+def test_naughty_autograd_function_attribute_access():
+    """Port of test_autograd.py TestAutograd.test_naughty_autograd_function_attribute_access
+    (the public half: the THPFunction accessors it probes are torch internals)."""
+    class Id(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad_x):
+            return grad_x
+
+    with pytest.warns(DeprecationWarning, match="should not be instantiated"):
+        f = Id()
+    assert isinstance(f, Id)
+    x = engine.zeros(1, requires_grad=True)
+    with pytest.raises(RuntimeError, match="non-static forward method is deprecated"):
+        f(x)
+    y = Id.apply(x)
+    assert y.grad_fn.name() == "IdBackward"
+
+
+def test_custom_function_saved_tensors():
+    """Port of test_autograd.py TestAutograd.test_custom_function_saved_tensors (grad_fn.saved_tensors;
+    the _raw_saved_tensors half is torch-internal)."""
+    def get_fn(save=True):
+        class MyFn(engine.Function):
+            @staticmethod
+            def forward(ctx, x):
+                if save:
+                    ctx.save_for_backward(x, None)
+                return x
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        return MyFn
+
+    a = randn(5, requires_grad=True)
+    y = get_fn(True).apply(a)
+    saved = y.grad_fn.saved_tensors
+    assert len(saved) == 2 and saved[0] is a and saved[1] is None
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="after they have already been freed"):
+        y.grad_fn.saved_tensors
+    y = get_fn(False).apply(a)
+    assert y.grad_fn.saved_tensors == ()
+
+
+def test_save_output_nr():
+    """Port of test_autograd.py TestAutograd.test_save_output_nr."""
+    x = randn(10, requires_grad=True)
+    seen = []
+
+    class MultiOutputFn(engine.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x[:5], x[5:]
+
+        @staticmethod
+        def backward(ctx, *grad):
+            return ops.cat(grad)
+
+    a, b = MultiOutputFn.apply(x)
+    assert b.output_nr == 1
+
+    class TestFn(engine.Function):
+        @staticmethod
+        def forward(ctx, b):
+            ctx.save_for_backward(b)
+            return b * 2
+
+        @staticmethod
+        def backward(ctx, grad_b):
+            (b,) = ctx.saved_tensors
+            seen.append(b.output_nr)
+            return grad_b * 2
+
+    TestFn.apply(b).sum().backward()
+    assert seen == [1]
+    assert_equal(x.grad, [0.0] * 5 + [2.0] * 5)
