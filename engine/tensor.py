@@ -183,7 +183,7 @@ class Tensor:
     def grad(self, value: "Tensor | None") -> None:
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
             if value is self:
                 raise RuntimeError("can't assign Variable as its own grad")
             if value.shape != self.shape:
