@@ -556,3 +556,57 @@ def test_custom_function_propagates_errors_from_device_thread():
     out = MyFunc.apply(x).sum()
     with pytest.raises(RuntimeError, match="blah"):
         out.backward()
+
+
+def test_saved_tensor_hooks_extra_exit_during_bw_no_crash():
+    """Port of test_autograd.py TestAutograd.test_saved_tensor_hooks_extra_exit_during_bw_no_crash
+    (the final check, no hooks left on the stack, by saving under none: pack is not called)."""
+    from threadgrad.engine._state import tls
+
+    def unpack(x):
+        ctx_1.__exit__(None, None, None)
+        return x
+
+    ctx_1 = engine.saved_tensors_hooks(lambda x: x, unpack)
+    ctx_2 = engine.saved_tensors_hooks(lambda x: x, lambda x: x)
+    for _ in range(10):
+        with ctx_2:
+            ctx_1.__enter__()
+            x = randn(3, 3, requires_grad=True)
+            ops.sin(x).sum().backward()
+            assert_equal(x.grad, np.cos(arr(x)))
+    for _ in range(10):
+        ctx_1.__exit__(None, None, None)
+    assert tls.saved_hooks == ()
+    with engine.disable_saved_tensors_hooks("no hooks may be active here"):
+        a = t(1.0, requires_grad=True)
+        ops.exp(a).backward()
+
+
+def test_saved_tensor_hooks_extra_enter_during_bw_no_leak():
+    """Port of test_autograd.py TestAutograd.test_saved_tensor_hooks_extra_enter_during_bw_no_leak."""
+    import gc
+    import weakref
+
+    from threadgrad.engine._state import tls
+
+    def scope():
+        def unpack(x):
+            weak_ctx_1().__enter__()
+            return x
+
+        ctx_1 = engine.saved_tensors_hooks(lambda x: x, unpack)
+        weak_ctx_1 = weakref.ref(ctx_1)
+        x = randn(3, 3, requires_grad=True)
+        with ctx_1:
+            ops.sin(x).sum().backward()
+        return weakref.ref(unpack)
+
+    gc.collect()
+    gc.disable()
+    try:
+        unpack_hook_ref = scope()
+        assert unpack_hook_ref() is None
+        assert tls.saved_hooks == ()
+    finally:
+        gc.enable()
