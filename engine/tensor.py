@@ -40,7 +40,8 @@ NON_LEAF_GRAD_WARNING = (  # torch's words (TensorBase::grad)
 class _TensorExt:
     """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
 
-    __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "__weakref__")
+    __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "view_meta",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
@@ -51,6 +52,10 @@ class _TensorExt:
         self.generation = 0
         self.view_gen = 0
         self.no_grad_view = False  # See Note [No-grad views] in versions.py
+        # A view of a view that may not be written in place, and why: "multi" (of one of several
+        # views a function returned) or "custom" (of a view a custom Function returned), as
+        # torch's creation meta passes to views of views. Set by versions.make_view.
+        self.view_meta: str | None = None
 
 
 def to_device(spec: Any) -> Device:

@@ -182,11 +182,14 @@ def take_history(t: Tensor, result: Tensor) -> None:
 
 def view_inplace_error(t: Tensor, name: str) -> RuntimeError | None:
     """torch's refusal of an in-place op on a view whose grad_fn may not be rewritten: an
-    output of a custom Function that is a view, or one of several views a function returned."""
+    output of a custom Function that is a view, or one of several views a function returned,
+    or a view of either (torch's creation meta passes on to views of views)."""
     fn = t.grad_fn
     if fn is None:
         return None
-    if t._output_nr in fn.custom_view_outputs:
+    e = t._ext
+    meta = e.view_meta if e is not None else None
+    if meta == "custom" or t._output_nr in fn.custom_view_outputs:
         return RuntimeError(
             f"{name}: Output {t._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
             "was created inside a custom Function (or because an input was returned as-is) and the autograd "
@@ -194,7 +197,7 @@ def view_inplace_error(t: Tensor, name: str) -> RuntimeError | None:
             "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
             "the output of the custom Function."
         )
-    if fn.returns_multiple_views or t._output_nr in fn.multi_view_outputs:
+    if meta == "multi" or fn.returns_multiple_views or t._output_nr in fn.multi_view_outputs:
         return RuntimeError(
             f"{name}: Output {t._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
             "is the output of a function that returns multiple views. Such functions do not allow the output "
