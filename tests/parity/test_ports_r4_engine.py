@@ -610,3 +610,71 @@ def test_saved_tensor_hooks_extra_enter_during_bw_no_leak():
         assert tls.saved_hooks == ()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpoint_sequential_deprecated_multiple_args(use_reentrant):
+    """Port of test_utils.py TestCheckpoint.test_checkpoint_sequential_deprecated_multiple_args."""
+    a = randn(1, 100, requires_grad=True)
+    b = randn(1, 100, requires_grad=True)
+    with pytest.raises(TypeError):
+        engine.checkpoint_sequential([lambda a, b: (a, b)], 1, a, b, use_reentrant=use_reentrant)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpoint_module_list(use_reentrant):
+    """Port of test_utils.py TestCheckpoint.test_checkpoint_module_list (a list of functions over
+    float64 parameters for the ModuleList)."""
+    params = [(randn(50, 100, requires_grad=True), randn(50, requires_grad=True)),
+              (randn(20, 50, requires_grad=True), randn(20, requires_grad=True)),
+              (randn(5, 20, requires_grad=True), randn(5, requires_grad=True))]
+    layers = []
+    for w, b in params:
+        layers += [lambda x, w=w, b=b: ops.linear(x, w, b), ops.relu]
+
+    def model(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    inp = randn(1, 100, requires_grad=True)
+    out = model(inp)
+    out.sum().backward()
+    ref = [p.grad.numpy().copy() for pair in params for p in pair]
+    ref_inp = inp.grad.numpy().copy()
+    for pair in params:
+        for p in pair:
+            p.grad = None
+    detached = inp.detach().requires_grad_(True)
+    out_ckpt = engine.checkpoint_sequential(layers, 2, detached, use_reentrant=use_reentrant)
+    assert_equal(out_ckpt, out)
+    out_ckpt.sum().backward()
+    assert_equal(detached.grad, ref_inp)
+    for g, p in zip(ref, [p for pair in params for p in pair]):
+        assert_equal(p.grad, g)
+
+
+def test_nested_checkpoint_no_recomputation_needed():
+    """Port of test_autograd.py TestNestedCheckpoint.test_nested_checkpoint_set_early_stop_no_recompution_needed,
+    case 2 (default early stop): a forward that saves no tensors is never re-run."""
+    counter = [0]
+
+    def fn2(x):
+        counter[0] += 1
+        return x.clone()
+
+    a = t(1.0, requires_grad=True)
+    out = engine.checkpoint(fn2, a, use_reentrant=False)
+    out.backward()
+    assert counter[0] == 1
+    assert a.grad.item() == 1.0
+
+    counter[0] = 0
+
+    def fn(x):
+        counter[0] += 1
+        return ops.sin(x)
+
+    out = engine.checkpoint(fn, a, use_reentrant=False)
+    out.backward()
+    assert counter[0] == 2
