@@ -167,6 +167,10 @@ class Tensor:
         if self._ext is not None:
             self._ext.no_grad_view = False  # now a leaf of its own: See Note [No-grad views] in versions.py
 
+    @requires_grad.deleter
+    def requires_grad(self) -> None:
+        raise RuntimeError("requires_grad must be a bool")  # torch's words: it cannot be deleted
+
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         self.requires_grad = flag
         return self
@@ -199,6 +203,10 @@ class Tensor:
                 raise RuntimeError(f"assigned grad has dtype {value.dtype}, but the tensor has dtype {self.dtype}: "
                                    "a gradient must match its tensor's dtype, as in torch (convert it with .to())")
         self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None  # as torch: `del t.grad` clears it
 
     @property
     def retains_grad(self) -> bool:

@@ -678,3 +678,27 @@ def test_nested_checkpoint_no_recomputation_needed():
     out = engine.checkpoint(fn, a, use_reentrant=False)
     out.backward()
     assert counter[0] == 2
+
+
+def test_attribute_deletion():
+    """Port of test_autograd.py TestAutograd.test_attribute_deletion (grad and requires_grad;
+    `data` is the array slot here, see docs/parity.md)."""
+    x = randn(5, 5, requires_grad=True)
+    x.sum().backward()
+    assert x.grad is not None
+    del x.grad
+    assert x.grad is None
+    with pytest.raises(RuntimeError):
+        del x.requires_grad
+    assert x.requires_grad
+
+
+def test_integer_outputs():
+    """Port of test_autograd.py TestAutograd.test_integer_outputs (the index outputs of
+    ops.max / ops.min with dim; argmax, argsort, unique, ... are not in threadgrad)."""
+    inp = rand(4, requires_grad=True)
+    for fn in (ops.max, ops.min):
+        values, indices = fn(inp, dim=0)
+        assert indices.dtype.kind in "iu"
+        assert not indices.requires_grad
+        assert values.requires_grad
