@@ -702,3 +702,43 @@ def test_integer_outputs():
         assert indices.dtype.kind in "iu"
         assert not indices.requires_grad
         assert values.requires_grad
+
+
+def test_access_saved_tensor_twice_without_recomputation_works():
+    """Port of test_autograd.py TestAutograd.test_access_saved_tensor_twice_without_recomputation_works
+    (d.grad_fn._saved_result -> the saved_tensors of a custom Function's node)."""
+    count = [0]
+
+    class Exp(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            out = ops.exp(a)
+            ctx.save_for_backward(out)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            (out,) = ctx.saved_tensors
+            return g * out
+
+    def foo(a):
+        count[0] += 1
+        b = a * a
+        c = a * b  # noqa: F841 - saves tensors before the Function, as torch's test
+        return Exp.apply(a)
+
+    a = randn(5, requires_grad=True)
+    d = engine.checkpoint(foo, a, use_reentrant=False)
+    assert count[0] == 1
+    # Outside a backward, each access re-runs foo, and the rebuilt tensors are not kept
+    (s1,) = d.grad_fn.saved_tensors
+    assert count[0] == 2
+    (s2,) = d.grad_fn.saved_tensors
+    assert count[0] == 3
+    assert_equal(s1, np.exp(arr(a)))
+    assert_equal(s2, np.exp(arr(a)))
+    d.sum().backward()
+    assert count[0] == 4
+    assert_equal(a.grad, np.exp(arr(a)))
+    with pytest.raises(RuntimeError, match="or directly access saved tensors after they have already been freed"):
+        d.grad_fn.saved_tensors
