@@ -146,10 +146,10 @@ def walk_floor(y: Tensor) -> numpy.ndarray:
     tanh_node = TanhBackward0
     while node.next_edges:  # AccumulateGrad has none
         if type(node) is tanh_node:
-            yv = node._saved[0].data
+            yv = node._saved[0]._data
             g = g - g * yv * yv
         else:
-            g = g * node._saved[1].data
+            g = g * node._saved[1]._data
         node = node.next_edges[0][0]
     return g
 
@@ -163,36 +163,36 @@ def minimal_recording_chain(x: Tensor, c: Tensor, n: int) -> Tensor:
     checks: no type, dtype, device or grad-mode tests, no hooks; the constant's edge is
     known to be ``(None, 0)``. The graph is a valid threadgrad graph (``y.backward()`` works)."""
     cpu, tanh, wrap, seq = devices.cpu, numpy.tanh, _wrap, _next_seq
-    cd = c.data
+    cd = c._data
     c_edge, c_ver, c_shape, c_dtype = NO_EDGE, c._vc[0], cd.shape, cd.dtype
     # op 0: tanh of the leaf, whose edge is its AccumulateGrad
-    out = wrap(tanh(x.data), cpu)
+    out = wrap(tanh(x._data), cpu)
     node = TanhBackward0()
     node.sequence_nr = seq()
     node.next_edges = ((grad_accumulator(x), 0),)
     node._saved = (SavedOutput(out),)
     node._saved_ver = (out._vc[0],)
-    out.grad_fn = node
+    out._grad_fn = node
     out._rg = True
     h = out
     for i in range(1, n):
         if i % 2 == 0:
-            out = wrap(tanh(h.data), cpu)
+            out = wrap(tanh(h._data), cpu)
             node = TanhBackward0()
             node.sequence_nr = seq()
-            node.next_edges = ((h.grad_fn, h._output_nr),)
+            node.next_edges = ((h._grad_fn, h._output_nr),)
             node._saved = (SavedOutput(out),)
             node._saved_ver = (out._vc[0],)
         else:
-            ad = h.data
+            ad = h._data
             out = wrap(ad * cd, cpu)
             node = MulBackward0()
             node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = ad.shape, ad.dtype, c_shape, c_dtype
             node.sequence_nr = seq()
-            node.next_edges = ((h.grad_fn, h._output_nr), c_edge)
+            node.next_edges = ((h._grad_fn, h._output_nr), c_edge)
             node._saved = (None, c)
             node._saved_ver = (None, c_ver)
-        out.grad_fn = node
+        out._grad_fn = node
         out._rg = True
         h = out
     return h
@@ -409,7 +409,7 @@ def bounds(backends: list[Backend], quick: bool) -> list[Table]:
         "on raw arrays with saved values through `saved_arrays()` (version checks). Excludes: Tensor objects for "
         "gradients, the ready queue and its priorities, locks, hooks, anomaly mode, threads and devices, streams, "
         "`retain_graph` (nothing freed), error handling. Its gradient is asserted equal to threadgrad's each repeat.",
-        "**walk floor** includes only the walk down `next_edges[0][0]` and the math on `node._saved[i].data`; "
+        "**walk floor** includes only the walk down `next_edges[0][0]` and the math on `node._saved[i]._data`; "
         "it excludes even the dependency count, version checks, buffers and dispatch tables, so it holds only "
         "for a chain. **raw numpy floor**: the same ufunc calls as closures in a list, one Python call per node, "
         "no graph object at all (the breakdown's floor row).",

@@ -62,6 +62,7 @@ from workloads import (  # noqa: E402
     TINY_CHAIN,
     WIDE_BRANCHES,
     _blas_summary,
+    _minor_faults,
     _run_threads,
     log,
     numpy_floor_chain,
@@ -146,14 +147,18 @@ class _Towers:
             out = h if out is None else ops.add(out, h)
         return ops.sum(out), x, ws
 
-    def floor(self, towers: range) -> numpy.ndarray:
-        """The backward of ``towers`` in raw numpy: per layer the tanh gradient and two matmuls."""
+    def floor(self, towers: range, kept: list | None = None) -> numpy.ndarray:
+        """The backward of ``towers`` in raw numpy: per layer the tanh gradient and two matmuls.
+        The weights' gradients go on ``kept``, as the engine keeps them in ``.grad``: fresh memory
+        for each, which the caller frees after the timing (it costs page faults on Linux)."""
         gx = numpy.zeros_like(self.xa)
         for t in towers:
             g = numpy.ones((TOWER_BATCH, TOWER_WIDTH))
             for h, w, y in reversed(self.saved[t]):
                 g = g - g * y * y
-                h.T @ g  # the weight's gradient, computed (and dropped) as the engine computes it
+                gw = h.T @ g
+                if kept is not None:
+                    kept.append(gw)
                 g = g @ w.T
             gx = gx + g
         return gx
@@ -274,28 +279,42 @@ def worker(quick: bool) -> dict[str, Any]:
     towers = _Towers()
     tower_ref = towers.floor(range(TOWERS))
 
-    def towers_sample(n: int) -> tuple[float, float, numpy.ndarray]:
+    def towers_sample(n: int) -> tuple[float, float, int, numpy.ndarray]:
         tg.autograd.set_cpu_workers(n)
         for _ in range(2):  # the first sample is untimed (starts the helper, warms BLAS buffers)
             y, x, ws = towers.build()
+            f0 = _minor_faults()
             dt, cpu = _timed_cpu(y.backward)
+            faults = _minor_faults() - f0
             g = numpy.array(x.grad.data)
             del y, x, ws
-        return dt, cpu, g
+        return dt, cpu, faults, g
+
+    kept: list = []
+
+    def towers_floor(r: int, *parts: range) -> float:
+        """The control's time; its weight gradients are freed after the timing, as the engine's are."""
+        f0 = _minor_faults()
+        dt = _run_threads([lambda p=p: towers.floor(p, kept) for p in parts])
+        if len(parts) == 1:
+            put("b_cflt", _minor_faults() - f0, r)
+        kept.clear()
+        return dt
 
     log(f"parallel: b. towers {TOWERS}x{TOWER_DEPTH} layers of {TOWER_WIDTH}x{TOWER_WIDTH} x{repeats}")
     half = TOWERS // 2
     for r in range(repeats + 1):
         order = (0, 1) if r % 2 else (1, 0)
         for n in order:
-            dt, cpu, g = towers_sample(n)
+            dt, cpu, faults, g = towers_sample(n)
             put(f"b_w{n}", dt, r)
             put(f"b_cpu{n}", cpu, r)
+            put(f"b_flt{n}", faults, r)
             if r == 0 and not _close(g, tower_ref):
                 raise AssertionError(f"towers: threadgrad's input gradient with {n} helper(s) differs from numpy's")
         with gc_paused():
-            put("b_c1", _run_threads([lambda: towers.floor(range(TOWERS))]), r)
-            put("b_c2", _run_threads([lambda: towers.floor(range(half)), lambda: towers.floor(range(half, TOWERS))]), r)
+            put("b_c1", towers_floor(r, range(TOWERS)), r)
+            put("b_c2", towers_floor(r, range(half), range(half, TOWERS)), r)
     tg.autograd.set_cpu_workers(0)
 
     # c. 2 threads, each on its own chain, vs 1 thread running both chains in a row.
@@ -523,6 +542,10 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
                 pair(lambda s: median(s["b_w0"]) * 1e3, lambda s: median(s["b_c1"]) * 1e3), show_ratio=False)
     rb_cpu = Row("b. CPU time of one backward (all threads), 2 workers / 1",
                  pair(lambda s: paired_ratio(s["b_cpu1"], s["b_cpu0"])), show_ratio=False)
+    rb_flt = Row("b. minor page faults during one backward with 1 worker (control: 1 thread)",
+                 pair(lambda s: median(s["b_flt0"]) if s.get("b_flt0", [-1])[0] >= 0 else None,
+                      lambda s: median(s["b_cflt"]) if s.get("b_cflt", [-1])[0] >= 0 else None),
+                 show_ratio=False, digits=0)
     rc = Row("c. 2 threads, each a backward of its own chain, vs both in a row: throughput",
              pair(lambda s: _speedup(s, "c_seq", "c_par"), lambda s: _speedup(s, "c_cseq", "c_cpar")),
              show_ratio=False)
@@ -544,7 +567,7 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
     rz = Row("z. machine check: 2 pure-Python walks on 2 threads vs in a row (FT: about 2.0 on free cores)",
              {"GIL control": _speedup(G, "z_seq", "z_par") if G and "z_seq" in G else None,
               "FT control": _speedup(F, "z_seq", "z_par") if F and "z_seq" in F else None}, show_ratio=False)
-    rows = [ra, ra_rel, ra_split, ra_ms, ra_cpu, ra2, ra2_ms, ra2_cpu, rb, rb_rel, rb_ms, rb_cpu, rc, rc_rel, rd, re_us, re_floor,
+    rows = [ra, ra_rel, ra_split, ra_ms, ra_cpu, ra2, ra2_ms, ra2_cpu, rb, rb_rel, rb_ms, rb_cpu, rb_flt, rc, rc_rel, rd, re_us, re_floor,
             re_pure, rz]
     if G and F:
         # Within each process, threadgrad per node / the control's per node, repeat by repeat,
@@ -573,7 +596,8 @@ def make_table(gil: dict | None, ft: dict | None, ft_note: str) -> Table:
         "the moment hits both: for a, a2, c and d the backward's math as raw numpy calls in a Python loop, one "
         "call per node, no engine, split the same way over the same threads (for c and d, "
         f"{FLOOR_PASSES} passes per call, so that a call lasts about as long as one threadgrad backward); for b "
-        f"the towers' backward math in raw numpy ({2 * TOWERS * TOWER_DEPTH} matmuls and the tanh gradients), "
+        f"the towers' backward math in raw numpy ({2 * TOWERS * TOWER_DEPTH} matmuls and the tanh gradients; the "
+        f"{TOWERS * TOWER_DEPTH} weight gradients kept until the call returns, as the engine keeps `.grad`), "
         f"{TOWERS // 2} towers on each of 2 threads vs {TOWERS} on one. A control's figure is the ceiling this "
         "machine and interpreter allowed at the time.",
         f"a: workload 2's graph (4,001 nodes). a2: the same shape, {BIG_BRANCHES} branches of float64 arrays of "

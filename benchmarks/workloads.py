@@ -1011,7 +1011,7 @@ def _identity(x: Any) -> Any:
     from threadgrad.engine._record import record  # noqa: PLC0415
     from threadgrad.engine.tensor import _wrap  # noqa: PLC0415
 
-    out = _wrap(x.data, x.device)
+    out = _wrap(x._data, x.device)
     record(_IdentityBackward(), (x,), out)
     return out
 
@@ -1147,7 +1147,7 @@ def breakdown(quick: bool) -> tuple[Table, str]:
     th = ops.tanh(x)
     mu = ops.mul(th, c)
     g = engine.tensor(numpy.ones(16))
-    gd, outd = g.data, th.data
+    gd, outd = g._data, th._data
     tn, mn = th.grad_fn, mu.grad_fn
     idn = _identity(x).grad_fn
     dev = g.device

@@ -30,7 +30,7 @@ def _edge(t: "Tensor | None") -> tuple:
     """The edge a gradient for input ``t`` travels: to its grad_fn, its leaf accumulator, or nowhere."""
     if t is None:
         return NO_EDGE
-    fn = t.grad_fn
+    fn = t._grad_fn
     if fn is not None:
         return (fn, t._output_nr)
     if t._rg:
@@ -54,20 +54,20 @@ def record(node: Node, inputs: Sequence["Tensor | None"], outputs: "Tensor | Seq
         # Binary ops: no list, and the usual edge (to the input's grad_fn) without a call
         # (measured: record() of a binary op 1.61 -> 1.32 us, in a slow phase of the machine).
         a, b = inputs
-        fa = None if a is None else a.grad_fn
-        fb = None if b is None else b.grad_fn
+        fa = None if a is None else a._grad_fn
+        fb = None if b is None else b._grad_fn
         node.next_edges = ((fa, a._output_nr) if fa is not None else _edge(a),
                            (fb, b._output_nr) if fb is not None else _edge(b))
     else:
         node.next_edges = tuple([_edge(t) for t in inputs])
     if type(outputs) is Tensor:
-        outputs.grad_fn = node
+        outputs._grad_fn = node
         outputs._rg = True
         dev = outputs.device
     else:
         dev = outputs[0].device
         for i, out in enumerate(outputs):
-            out.grad_fn = node
+            out._grad_fn = node
             out._rg = True
             out._output_nr = i
         node.num_inputs = len(outputs)
@@ -104,9 +104,9 @@ def _keep_trace(node: Node) -> None:
 def record_unary(node: Node, x: Tensor, out: Tensor, saved: "Tensor | None" = None) -> None:
     """``record(node, (x,), out, (saved,) if saved is not None else ())``: see Note [Fast recorders]."""
     node.sequence_nr = _next_seq()
-    fn = x.grad_fn
+    fn = x._grad_fn
     node.next_edges = ((fn, x._output_nr),) if fn is not None else (_edge(x),)
-    out.grad_fn = node
+    out._grad_fn = node
     out._rg = True
     dev = out.device
     if dev.has_streams:
@@ -116,7 +116,7 @@ def record_unary(node: Node, x: Tensor, out: Tensor, saved: "Tensor | None" = No
     elif used.saved_hooks and tls.saved_hooks:  # See Note [Used flags] in _state.py
         pack_saved(node, (saved,))
     else:
-        node._saved = (SavedOutput(saved),) if saved.grad_fn is node else (saved,)
+        node._saved = (SavedOutput(saved),) if saved._grad_fn is node else (saved,)
         node._saved_ver = (saved._vc[0],)
     if used.anomaly and tls.anomaly:
         _keep_trace(node)
@@ -129,13 +129,13 @@ def record_binary(node: Node, a: Tensor, b: Tensor, out: Tensor,
     stores the operand shapes and dtypes in that class's slots (a Node has a ``__dict__``,
     so another node would take them silently)."""
     node.sequence_nr = _next_seq()
-    fa = a.grad_fn
-    fb = b.grad_fn
+    fa = a._grad_fn
+    fb = b._grad_fn
     node.next_edges = ((fa, a._output_nr) if fa is not None else _edge(a),
                        (fb, b._output_nr) if fb is not None else _edge(b))
-    ad, bd = a.data, b.data  # the arrays: Tensor.shape/.dtype are Python properties
+    ad, bd = a._data, b._data  # the arrays: Tensor.shape/.dtype are Python properties
     node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = ad.shape, ad.dtype, bd.shape, bd.dtype  # type: ignore[attr-defined]
-    out.grad_fn = node
+    out._grad_fn = node
     out._rg = True
     dev = out.device
     if dev.has_streams:
@@ -189,7 +189,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
     t = _new_tensor(Tensor)
     if not data.ndim:  # a numpy scalar: a Tensor always holds an array (see _wrap)
         data = dev.xp.asarray(data)
-    t.data = data
+    t._data = data
     t.device = dev
     t._grad = None
     t._vc = vc = [0]
@@ -198,13 +198,13 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
     t._acc = None
     t._ext = None
     if not (x._rg and (not grad_off_threads or tls.grad_enabled)):  # See Note [Grad mode fast path]
-        t.grad_fn = None
+        t._grad_fn = None
         t._rg = False
         return t
-    t.grad_fn = node = node_cls()
+    t._grad_fn = node = node_cls()
     t._rg = True
     node.sequence_nr = _next_seq()
-    fn = x.grad_fn
+    fn = x._grad_fn
     node.next_edges = ((fn, x._output_nr),) if fn is not None else (_edge(x),)
     if dev.has_streams:
         node.stream = (dev, dev.current_stream())  # See Note [Streams] in executor.py
@@ -214,7 +214,7 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
         pack_saved(node, (t if saved is OUTPUT else saved,))
     elif saved is OUTPUT:
         s = _new_tensor(SavedOutput)  # SavedOutput(t), without its __init__ frame
-        s.data, s._vc, s.output_nr, s.device = data, vc, 0, dev
+        s._data, s._vc, s.output_nr, s.device = data, vc, 0, dev
         node._saved = (s,)
         node._saved_ver = (0,)  # a new output's version (a constant: no tuple is built)
     else:
@@ -227,11 +227,11 @@ def unary_result(x: Tensor, data: Any, node_cls: type, saved: Any = None) -> Ten
 
 def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
                   saved_a: "Tensor | None" = None, saved_b: "Tensor | None" = None) -> Tensor:
-    """The output of a two-input elementwise op: ``data`` (computed from ``a.data`` and
-    ``b.data``, same device) in torch's result dtype, as a Tensor. When grad mode is on and
+    """The output of a two-input elementwise op: ``data`` (computed from ``a._data`` and
+    ``b._data``, same device) in torch's result dtype, as a Tensor. When grad mode is on and
     an input requires grad, its grad_fn is a new ``node_cls()`` (an ``ops.elementwise._Binary``)
     recorded as ``record_binary(node, a, b, out, saved_a, saved_b)`` would. See Note [Result makers]."""
-    ad, bd = a.data, b.data
+    ad, bd = a._data, b._data
     adt, bdt = ad.dtype, bd.dtype
     if adt is not bdt and adt != bdt:  # identity first: numpy's builtin dtypes are shared instances
         data = promoted(data, a, b)
@@ -239,7 +239,7 @@ def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
     t = _new_tensor(Tensor)
     if not data.ndim:  # a numpy scalar: a Tensor always holds an array (see _wrap)
         data = dev.xp.asarray(data)
-    t.data = data
+    t._data = data
     t.device = dev
     t._grad = None
     t._vc = [0]
@@ -248,14 +248,14 @@ def binary_result(a: Tensor, b: Tensor, data: Any, node_cls: type,
     t._acc = None
     t._ext = None
     if not ((a._rg or b._rg) and (not grad_off_threads or tls.grad_enabled)):  # See Note [Grad mode fast path]
-        t.grad_fn = None
+        t._grad_fn = None
         t._rg = False
         return t
-    t.grad_fn = node = node_cls()
+    t._grad_fn = node = node_cls()
     t._rg = True
     node.sequence_nr = _next_seq()
-    fa = a.grad_fn
-    fb = b.grad_fn
+    fa = a._grad_fn
+    fb = b._grad_fn
     node.next_edges = ((fa, a._output_nr) if fa is not None else _edge(a),
                        (fb, b._output_nr) if fb is not None else _edge(b))
     node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = ad.shape, adt, bd.shape, bdt

@@ -72,12 +72,12 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
             _state.refresh_view(out, what)
     if grads is None and len(outputs) == 1:
         out = outputs[0]
-        if out._rg and not out.data.shape:
+        if out._rg and not out._data.shape:
             # The usual call, loss.backward() on a 0-d loss: its gradient is a 0-d one (the
             # general loop below makes the same; measured: 3.2 -> 1.3 us under cProfile)
             dev = out.device
             with dev.guard():
-                return [_wrap(dev.xp.asarray(1, dtype=out.data.dtype), dev)]
+                return [_wrap(dev.xp.asarray(1, dtype=out._data.dtype), dev)]
     if grads is None:
         grads = (None,) * len(outputs)
     elif isinstance(grads, Tensor) or not isinstance(grads, (tuple, list)):
@@ -89,7 +89,7 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
         if not out._rg:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
-            if out.data.size != 1:
+            if out._data.size != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs (output {i} has shape {tuple(out.shape)}); "
                     f"pass a gradient of that shape, e.g. y.backward(engine.ones_like(y))"
@@ -97,7 +97,7 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
             xp = out.device.xp
             with out.device.guard():
                 # A 0-d output (a loss) by asarray: numpy's ones() is Python code (measured 0.99 -> 0.24 us)
-                one = xp.asarray(1, dtype=out.dtype) if not out.data.shape else xp.ones(out.shape, dtype=out.dtype)
+                one = xp.asarray(1, dtype=out.dtype) if not out._data.shape else xp.ones(out.shape, dtype=out.dtype)
                 result.append(_wrap(one, out.device))
             continue
         if not isinstance(g, Tensor):
@@ -115,11 +115,11 @@ def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> li
                 raise _complex_mismatch(i, g.dtype, out.dtype)
             if g.dtype.kind not in "fc":
                 raise TypeError(f"{what}[{i}] has dtype {g.dtype}; a gradient must have a floating point dtype like output[{i}] ({out.dtype})")
-            g = Tensor(g.data.astype(out.dtype), out.device)
+            g = Tensor(g._data.astype(out.dtype), out.device)
         elif not (create_graph and g._rg):
             # A new Tensor object over the same array: the user keeps theirs, so the
             # AccumulateGrad steal rule sees the array shared and copies (no aliasing).
-            g = _wrap(g.data, g.device)
+            g = _wrap(g._data, g.device)
         result.append(g)
     return result
 

@@ -163,11 +163,11 @@ class _InputRecord:
     """What the version check of a checkpoint input keeps: its counter and what
     _modified_error names (no reference to the tensor's data)."""
 
-    __slots__ = ("_vc", "dtype", "shape", "grad_fn", "_output_nr")
+    __slots__ = ("_vc", "dtype", "shape", "_grad_fn", "_output_nr")
 
     def __init__(self, t: Tensor) -> None:
         self._vc, self.dtype, self.shape = t._vc, t.dtype, t.shape
-        self.grad_fn, self._output_nr = t.grad_fn, t._output_nr
+        self._grad_fn, self._output_nr = t._grad_fn, t._output_nr
 
 
 class _StopRecompute(BaseException):

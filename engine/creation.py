@@ -58,7 +58,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     dev = to_device(device)
     dt = to_dtype(dtype)
     if isinstance(data, Tensor):
-        data = data.device.to_host(data.data)
+        data = data.device.to_host(data._data)
     elif hasattr(data, "__cuda_array_interface__"):  # a cupy array
         data = data.get()
     from_array = isinstance(data, (numpy.ndarray, numpy.generic))
@@ -108,7 +108,7 @@ def _leaves(data: Any) -> Any:
 def _host_nested(data: Any) -> Any:
     """Nested sequences with the Tensors in them replaced by host arrays."""
     if isinstance(data, Tensor):
-        return data.device.to_host(data.data)
+        return data.device.to_host(data._data)
     if isinstance(data, (list, tuple)):
         return [_host_nested(d) for d in data]
     return data

@@ -752,7 +752,7 @@ def _all_none(grads: list) -> bool:
 
 def _check_nan(node: Node, outputs: Any) -> None:
     for i, g in enumerate(outputs):
-        if g is not None and g.data.dtype.kind in "fc" and bool(g.device.xp.isnan(g.data).any()):
+        if g is not None and g._data.dtype.kind in "fc" and bool(g.device.xp.isnan(g._data).any()):
             raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
 
 

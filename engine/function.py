@@ -227,7 +227,7 @@ class Function:
 
 
 def _alias(t: Tensor) -> Tensor:
-    out = _wrap(t.data, t.device)
+    out = _wrap(t._data, t.device)
     out._vc = t._vc
     return out
 
@@ -260,7 +260,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         out_meta.append((o.shape, o.dtype, o.device))
         if given in ctx._non_diff or o.dtype.kind not in "fc":
             continue
-        o.grad_fn = ctx
+        o._grad_fn = ctx
         o._rg = True
         o._output_nr = i
         n_diff += 1
@@ -278,7 +278,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
             ctx.custom_view_outputs = tuple(view_outputs)
     gens = []
     for o, base in rebase:
-        if o.grad_fn is not ctx:
+        if o._grad_fn is not ctx:
             continue  # not differentiable: no history changes
         if base is not None:
             rebase_dirty(ctx, o, *base)

@@ -48,7 +48,7 @@ def _differentiable(outputs: tuple) -> list:
 
 
 def _host(t: Tensor) -> numpy.ndarray:
-    return numpy.array(t.device.to_host(t.data), dtype=numpy.float64, copy=True).reshape(-1)
+    return numpy.array(t.device.to_host(t._data), dtype=numpy.float64, copy=True).reshape(-1)
 
 
 def _check_same_meta(base: tuple, out: tuple, out_idx: list, eps: float, e: int) -> None:
@@ -65,22 +65,22 @@ def _check_same_meta(base: tuple, out: tuple, out_idx: list, eps: float, e: int)
 def _numerical(fn: Callable, inputs: tuple, diff: list, out_idx: list, eps: float) -> list:
     """``jac[k][i]``: d(output out_idx[k]) / d(input diff[i]) as an (n_out, n_in) float64 array."""
     base = _as_outputs(fn(*inputs))
-    sizes = [base[j].data.size for j in out_idx]
-    jac = [[numpy.zeros((n, inputs[i].data.size)) for i in diff] for n in sizes]
+    sizes = [base[j]._data.size for j in out_idx]
+    jac = [[numpy.zeros((n, inputs[i]._data.size)) for i in diff] for n in sizes]
     for col, i in enumerate(diff):
         x = inputs[i]
-        for e in range(x.data.size):
-            pos = numpy.unravel_index(e, x.shape)  # any layout: the write reaches x.data
-            orig = x.data[pos].item()
-            x.data[pos] = orig + eps
+        for e in range(x._data.size):
+            pos = numpy.unravel_index(e, x.shape)  # any layout: the write reaches x._data
+            orig = x._data[pos].item()
+            x._data[pos] = orig + eps
             plus = _as_outputs(fn(*inputs))
             _check_same_meta(base, plus, out_idx, eps, e)
             plus = [_host(plus[j]) for j in out_idx]
-            x.data[pos] = orig - eps
+            x._data[pos] = orig - eps
             minus = _as_outputs(fn(*inputs))
             _check_same_meta(base, minus, out_idx, eps, e)
             minus = [_host(minus[j]) for j in out_idx]
-            x.data[pos] = orig
+            x._data[pos] = orig
             for k in range(len(out_idx)):
                 jac[k][col][:, e] = (plus[k] - minus[k]) / (2 * eps)
     return jac
@@ -92,8 +92,8 @@ def _analytical(outputs: tuple, inputs: tuple, diff: list, out_idx: list) -> lis
     jac = []
     for j in out_idx:
         out = outputs[j]
-        n = out.data.size
-        rows = [numpy.zeros((n, inputs[i].data.size)) for i in diff]
+        n = out._data.size
+        rows = [numpy.zeros((n, inputs[i]._data.size)) for i in diff]
         if out._rg:
             xp = out.device.xp
             for r in range(n):
@@ -151,7 +151,7 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-6, atol: floa
                           "gradcheck may fail because finite differences are too coarse. Use float64 inputs.",
                           stacklevel=2)
     for i, t in enumerate(inputs):
-        if isinstance(t, Tensor) and t.requires_grad and any(st == 0 and n > 1 for st, n in zip(t.data.strides, t.shape)):
+        if isinstance(t, Tensor) and t.requires_grad and any(st == 0 and n > 1 for st, n in zip(t._data.strides, t.shape)):
             # Raised even with raise_exception=False, as torch: perturbing one element would move several.
             raise RuntimeError(
                 f"The {i}th input has a dimension with stride 0. gradcheck only supports inputs that are "

@@ -245,17 +245,17 @@ class SavedOutput:
     cycle output -> grad_fn -> saved output. Unpacking rebuilds a Tensor whose grad_fn is
     the node (alive, since it is the node doing the unpacking)."""
 
-    __slots__ = ("data", "_vc", "output_nr", "device")
+    __slots__ = ("_data", "_vc", "output_nr", "device")
 
     def __init__(self, t: "Tensor") -> None:
-        self.data = t.data
+        self._data = t._data
         self._vc = t._vc
         self.output_nr = t._output_nr
         self.device = t.device
 
     def unpack(self, node: "Node") -> "Tensor":
-        t = _wrap(self.data, self.device)
-        t.grad_fn = node
+        t = _wrap(self._data, self.device)
+        t._grad_fn = node
         t._rg = True
         t._vc = self._vc
         t._output_nr = self.output_nr
@@ -269,20 +269,20 @@ class SavedHooked:
     grad_fn, output number and requires_grad (a leaf's AccumulateGrad), so a second derivative
     flows to the original's history, not through the hooks' own arithmetic."""
 
-    __slots__ = ("packed", "unpack_fn", "grad_fn", "output_nr", "requires_grad", "acc", "is_output")
+    __slots__ = ("packed", "unpack_fn", "_grad_fn", "output_nr", "requires_grad", "acc", "is_output")
 
     def __init__(self, packed: Any, unpack_fn: Callable, t: "Tensor", node: "Node | None") -> None:
         self.packed = packed
         self.unpack_fn = unpack_fn
         # The node's own output: keep no reference to the node (no cycle); unpack gets it.
         # (node None: a tensor kept for something else than a node, a checkpoint's input.)
-        self.is_output = node is not None and t.grad_fn is node
-        self.grad_fn = None if self.is_output else t.grad_fn
+        self.is_output = node is not None and t._grad_fn is node
+        self._grad_fn = None if self.is_output else t._grad_fn
         self.output_nr = t._output_nr
         self.requires_grad = t._rg
         # A leaf that requires grad: its AccumulateGrad, weakly, as the leaf itself holds it.
         self.acc = None
-        if t._rg and t.grad_fn is None:
+        if t._rg and t._grad_fn is None:
             _grad_accumulator(t)  # made now if need be: t._acc is then its weak reference
             self.acc = t._acc
 
@@ -292,8 +292,8 @@ class SavedHooked:
             raise TypeError(f"saved-tensor unpack hook returned {type(u).__name__} in {node.name()}; expected a Tensor")
         if not self.requires_grad:
             return u  # no place in the graph to take: the unpacked tensor as it is (torch's identity)
-        t = _wrap(u.data, u.device)
-        t.grad_fn = node if self.is_output else self.grad_fn
+        t = _wrap(u._data, u.device)
+        t._grad_fn = node if self.is_output else self._grad_fn
         t._output_nr = self.output_nr
         t._rg = self.requires_grad
         t._acc = self.acc
@@ -316,7 +316,7 @@ FREED_MESSAGE = (
 
 
 def _modified_error(node: "Node", t: "Tensor", expected: int) -> RuntimeError:
-    origin = "a leaf tensor" if t.grad_fn is None else f"output {t._output_nr} of {t.grad_fn.name()}"
+    origin = "a leaf tensor" if t._grad_fn is None else f"output {t._output_nr} of {t._grad_fn.name()}"
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
         f"[{t.dtype} tensor of shape {list(t.shape)}], which is {origin}, is at version {t._vc[0]}; "
@@ -339,16 +339,16 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
             if t is None:
                 node._saved, node._saved_ver = (None,), (None,)
             else:
-                node._saved = (SavedOutput(t),) if t.grad_fn is node else (t,)
+                node._saved = (SavedOutput(t),) if t._grad_fn is node else (t,)
                 node._saved_ver = (t._vc[0],)
             return
         if len(tensors) == 2:  # the binary ops (no comprehension: it is a function call in 3.11)
             a, b = tensors
-            node._saved = (a if a is None or a.grad_fn is not node else SavedOutput(a),
-                           b if b is None or b.grad_fn is not node else SavedOutput(b))
+            node._saved = (a if a is None or a._grad_fn is not node else SavedOutput(a),
+                           b if b is None or b._grad_fn is not node else SavedOutput(b))
             node._saved_ver = (None if a is None else a._vc[0], None if b is None else b._vc[0])
             return
-        node._saved = tuple([None if t is None else SavedOutput(t) if t.grad_fn is node else t for t in tensors])
+        node._saved = tuple([None if t is None else SavedOutput(t) if t._grad_fn is node else t for t in tensors])
         node._saved_ver = tuple([None if t is None else t._vc[0] for t in tensors])
         return
     saved = []
@@ -373,7 +373,7 @@ def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
                 # An observer that keeps the tensor as it is (checkpoint's re-run): saving
                 # normally keeps the cycle-free SavedOutput path for a node's own output.
                 hooks[-1][0](t)
-            if t.grad_fn is node:
+            if t._grad_fn is node:
                 saved.append(SavedOutput(t))
             else:
                 saved.append(t)
@@ -482,8 +482,8 @@ class Node:
                 if e._vc[0] == self._saved_ver[0]:
                     return (e,)
             elif te is SavedOutput and e._vc[0] == self._saved_ver[0]:
-                t = _wrap(e.data, e.device)
-                t.grad_fn = self
+                t = _wrap(e._data, e.device)
+                t._grad_fn = self
                 t._rg = True
                 t._vc = e._vc
                 t._output_nr = e.output_nr
@@ -519,20 +519,20 @@ class Node:
             if n == 1:
                 e = saved[0]
                 if e is not None and type(e) is not SavedHooked and e._vc[0] == vers[0]:
-                    return (e.data,)
+                    return (e._data,)
             elif n == 2:
                 a, b = saved
                 if ((a is None or (type(a) is not SavedHooked and a._vc[0] == vers[0]))
                         and (b is None or (type(b) is not SavedHooked and b._vc[0] == vers[1]))):
-                    return (None if a is None else a.data, None if b is None else b.data)
+                    return (None if a is None else a._data, None if b is None else b._data)
             else:
                 for e, v in zip(saved, vers):
                     if e is not None and (type(e) is SavedHooked or e._vc[0] != v):
                         break
                 else:
-                    return tuple([None if e is None else e.data for e in saved])
+                    return tuple([None if e is None else e._data for e in saved])
         # Freed, modified or hooked: the general path raises or unpacks through the hooks.
-        return tuple([None if t is None else t.data for t in self.saved_tensors()])
+        return tuple([None if t is None else t._data for t in self.saved_tensors()])
 
     def saved_summary(self) -> tuple | None:
         """What forward saved, described without unpacking it (no hook runs, no version
@@ -549,7 +549,7 @@ class Node:
         if saved is None:
             return None
         return tuple([None if e is None else "packed by a hook" if type(e) is SavedHooked
-                      else (e.data.shape, e.data.dtype, e.device) for e in saved])
+                      else (e._data.shape, e._data.dtype, e.device) for e in saved])
 
     def release_variables(self) -> None:
         """Drop saved tensors (after a backward without retain_graph)."""

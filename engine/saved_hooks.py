@@ -74,7 +74,7 @@ class save_on_cpu(saved_tensors_hooks):
         def pack(t: Tensor) -> Any:
             if t.device.type == "cpu":
                 return (None, t)  # already on the host: nothing to move
-            return (t.device, t.device.to_host(t.data).copy())
+            return (t.device, t.device.to_host(t._data).copy())
 
         def unpack(packed: Any) -> Tensor:
             device, payload = packed

@@ -54,7 +54,7 @@ def rebuild_tensor(dtype: str, shape: tuple, data: bytes, device: str, requires_
 
 def reduce_tensor(t: Tensor, protocol: int = 2) -> tuple:
     """``Tensor.__reduce_ex__``: data, dtype, shape, device and requires_grad; no history, no grad."""
-    host = numpy.asarray(t.device.to_host(t.data), order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+    host = numpy.asarray(t.device.to_host(t._data), order="C")  # (ascontiguousarray would make a 0-d array 1-d)
     return (rebuild_tensor, (host.dtype.str, tuple(host.shape), host.tobytes(), str(t.device), t.requires_grad))
 
 
@@ -68,7 +68,7 @@ def deepcopy_tensor(t: Tensor, memo: dict) -> Tensor:
     done = memo.get(id(t))
     if done is not None:
         return done
-    new = _wrap(t.data.copy(), t.device)
+    new = _wrap(t._data.copy(), t.device)
     if t.requires_grad:
         new.requires_grad = True
     if t._grad is not None:

@@ -84,13 +84,13 @@ class Tensor:
     ``version``. Create tensors with :func:`engine.tensor` and friends.
     """
 
-    # data: the array. device: interned Device. grad_fn: Node or None. _rg: requires_grad
-    # (True for every non-leaf with a grad_fn). _grad: .grad. _vc: version counter, a
-    # one-element list shared by a tensor, its views and aliases. _base: the tensor this one
-    # is a view of, or None (Note [Versions and views] in versions.py). _output_nr: which
-    # output of grad_fn this is. _acc: weakref to the leaf's AccumulateGrad. _ext: _TensorExt
-    # or None.
-    __slots__ = ("data", "device", "grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
+    # _data: the array (users go through ``data``: Note [Tensor.data]). device: interned
+    # Device. grad_fn: Node or None. _rg: requires_grad (True for every non-leaf with a
+    # grad_fn). _grad: .grad. _vc: version counter, a one-element list shared by a tensor, its
+    # views and aliases. _base: the tensor this one is a view of, or None (Note [Versions and
+    # views] in versions.py). _output_nr: which output of grad_fn this is. _acc: weakref to the
+    # leaf's AccumulateGrad. _ext: _TensorExt or None.
+    __slots__ = ("_data", "device", "_grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
                  "__weakref__")
 
     __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our operators
@@ -99,9 +99,9 @@ class Tensor:
         dev = to_device(device)
         if not isinstance(data, dev.xp.ndarray):
             data = dev.asarray(data)
-        self.data = data
+        self._data = data
         self.device = dev
-        self.grad_fn = None
+        self._grad_fn = None
         self._rg = False
         self._grad = None
         self._vc = [0]
@@ -114,30 +114,69 @@ class Tensor:
 
     # -- array facts --------------------------------------------------------------------
     @property
+    def data(self) -> Any:
+        """The array itself (``numpy.ndarray``, or ``cupy.ndarray`` on cuda): no copy, no history."""
+        return self._data
+
+    @data.deleter
+    def data(self) -> None:
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")  # torch's words
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        # Note [Tensor.data]
+        # ~~~~~~~~~~~~~~~~~~
+        # The engine reads and writes the slot ``_data``; ``data`` is the users' door to it,
+        # and this setter is what keeps it an array of the tensor's device. torch's
+        # ``p.data = t`` takes a tensor and makes ``p`` share its storage, with no version
+        # bump and no history; here the same assignment takes ``t``'s array. That is also
+        # what makes torch's idiom ``p.data -= lr * p.grad`` work: numpy cannot subtract a
+        # Tensor in place, so Python computes ``p.data - lr * p.grad`` (a Tensor) and assigns
+        # it. Anything else would leave ``p`` holding a non-array and fail later, far from
+        # the cause, so it is refused here.
+        dev = self.device
+        if isinstance(value, Tensor):
+            if value.device is not dev:
+                raise RuntimeError(
+                    f"data set to a tensor on {value.device}, but this tensor is on {dev}: "
+                    f"move the tensor itself with .to() (the new data must be on the tensor's device)"
+                )
+            value = value._data
+        elif not isinstance(value, dev.xp.ndarray):
+            if isinstance(value, numpy.generic) and dev.xp is numpy:
+                value = numpy.asarray(value)  # a 0-d result of a numpy reduction
+            else:
+                raise TypeError(
+                    f"Tensor data has to be a tensor or a {dev.xp.__name__}.ndarray on {dev}, "
+                    f"but got {type(value).__name__}"
+                )
+        self._data = value
+
+    @property
     def shape(self) -> tuple:
-        return self.data.shape
+        return self._data.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     @property
     def dtype(self) -> numpy.dtype:
-        return self.data.dtype
+        return self._data.dtype
 
     def size(self, dim: int | None = None) -> Any:
-        return self.data.shape if dim is None else self.data.shape[dim]
+        return self._data.shape if dim is None else self._data.shape[dim]
 
     def numel(self) -> int:
-        return int(self.data.size)
+        return int(self._data.size)
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     def __len__(self) -> int:
-        if self.data.ndim == 0:
+        if self._data.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self._data.shape[0]
 
     @property
     def version(self) -> int:
@@ -154,15 +193,15 @@ class Tensor:
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
         flag = bool(flag)
-        if self.grad_fn is not None:
+        if self._grad_fn is not None:
             if not flag:
                 raise RuntimeError(
                     "you can only change requires_grad flags of leaf variables. If you want to use a computed "
                     "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
                 )
             return
-        if flag and self.data.dtype.kind not in "fc":
-            raise RuntimeError(f"Only Tensors of floating point dtype can require gradients (got {self.data.dtype})")
+        if flag and self._data.dtype.kind not in "fc":
+            raise RuntimeError(f"Only Tensors of floating point dtype can require gradients (got {self._data.dtype})")
         self._rg = flag
         if self._ext is not None:
             self._ext.no_grad_view = False  # now a leaf of its own: See Note [No-grad views] in versions.py
@@ -176,15 +215,28 @@ class Tensor:
         return self
 
     @property
+    def grad_fn(self) -> Any:
+        """The Node that made this tensor (None for a leaf). A view whose base changed in place
+        since gets its history anew first, as torch regenerates it on read (Note [Stale views]
+        in ops/views.py); the engine reads the slot ``_grad_fn``."""
+        if self._base is not None:
+            _state.refresh_view(self, "grad_fn")
+        return self._grad_fn
+
+    @grad_fn.setter
+    def grad_fn(self, value: Any) -> None:
+        raise AttributeError("attribute 'grad_fn' of 'Tensor' objects is not writable")  # torch's words
+
+    @property
     def is_leaf(self) -> bool:
         if self._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(self, "is_leaf")
-        return self.grad_fn is None
+        return self._grad_fn is None
 
     @property
     def grad(self) -> "Tensor | None":
         g = self._grad
-        if g is None and self.grad_fn is not None and not self.retains_grad:
+        if g is None and self._grad_fn is not None and not self.retains_grad:
             warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
         return g
 
@@ -228,12 +280,12 @@ class Tensor:
             _state.refresh_view(self, "retain_grad")
         if not self._rg:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-        if self.grad_fn is None:
+        if self._grad_fn is None:
             return
         ext = self._ext_obj()
         if ext.retains_grad:
             return
-        hooks = self.grad_fn._hooks_obj()
+        hooks = self._grad_fn._hooks_obj()
         ref = weakref.ref(self)
 
         def retain(grad: Tensor) -> None:
@@ -254,8 +306,8 @@ class Tensor:
             _state.refresh_view(self, "register_hook")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        if self.grad_fn is not None:
-            return _add_hook(tensor_hook_table(self.grad_fn._hooks_obj(), self._output_nr), "fns", fn)
+        if self._grad_fn is not None:
+            return _add_hook(tensor_hook_table(self._grad_fn._hooks_obj(), self._output_nr), "fns", fn)
         ext = self._ext_obj()
         leaf_hooks = ext.hooks
         if leaf_hooks is None:
@@ -283,7 +335,7 @@ class Tensor:
 
     def register_post_accumulate_grad_hook(self, fn: Callable[["Tensor"], None]) -> RemovableHandle:
         """``fn(tensor)`` runs after a gradient was accumulated into this leaf's ``.grad``."""
-        if self.grad_fn is not None:
+        if self._grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if not self._rg:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
@@ -303,7 +355,7 @@ class Tensor:
         mode, like torch (allowed under no_grad, as torch allows it)."""
         if self._rg and tls.grad_enabled:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self.device.to_host(self.data)
+        return self.device.to_host(self._data)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> numpy.ndarray:
         """``numpy.asarray(t)`` / ``numpy.array(t)``: the host array :meth:`numpy` gives (shared
@@ -317,7 +369,7 @@ class Tensor:
             return a.astype(dtype)
         if copy:
             return a.copy()
-        if copy is False and a is not self.data:
+        if copy is False and a is not self._data:
             raise ValueError(f"numpy.asarray(tensor, copy=False): a {self.device} tensor's data is not "
                              "host memory; a copy is needed")
         return a
@@ -328,16 +380,16 @@ class Tensor:
         return _wrap(numpy.asarray(array), devices.cpu)
 
     def item(self) -> Any:
-        if self.data.size != 1:
-            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
-        return self.data.item()
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.item()
 
     def tolist(self) -> Any:
-        return self.device.to_host(self.data).tolist()
+        return self.device.to_host(self._data).tolist()
 
     def detach(self) -> "Tensor":
         """A new leaf sharing data (and version counter) with this tensor, outside the graph."""
-        t = _wrap(self.data, self.device)
+        t = _wrap(self._data, self.device)
         t._vc = self._vc  # an alias, not a view: See Note [Versions and views] in versions.py
         return t
 
@@ -346,7 +398,7 @@ class Tensor:
         (torch's ``detach_``). A view cannot be detached in place."""
         if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
-        self.grad_fn = None
+        self._grad_fn = None
         self._rg = False
         self._output_nr = 0
         return self
@@ -363,17 +415,17 @@ class Tensor:
         extra = ""
         if self.device is not _cpu:
             extra += f", device='{self.device}'"
-        if self.grad_fn is not None:
-            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        if self._grad_fn is not None:
+            extra += f", grad_fn=<{self._grad_fn.name()}>"
         elif self._rg:
             extra += ", requires_grad=True"
-        body = numpy.array2string(self.device.to_host(self.data), separator=", ", prefix="tensor(")
-        return f"tensor({body}, dtype={self.data.dtype}{extra})"
+        body = numpy.array2string(self.device.to_host(self._data), separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self._data.dtype}{extra})"
 
     def __bool__(self) -> bool:
-        if self.data.size != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {self.data.size} elements is ambiguous")
-        return bool(self.data)
+        if self._data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self._data.size} elements is ambiguous")
+        return bool(self._data)
 
     def __float__(self) -> float:
         return float(self.item())
@@ -382,7 +434,7 @@ class Tensor:
         return int(self.item())
 
     def __index__(self) -> int:
-        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
 
@@ -402,9 +454,9 @@ def _wrap(data: Any, device: Device) -> Tensor:
         # numpy ufuncs return scalars (numpy.float64, not arrays) for 0-d results; a Tensor
         # always holds an array, or in-place ops and gradient accumulation on it would fail.
         data = device.xp.asarray(data)
-    t.data = data
+    t._data = data
     t.device = device
-    t.grad_fn = None
+    t._grad_fn = None
     t._rg = False
     t._grad = None
     t._vc = [0]
@@ -444,7 +496,7 @@ def gradient_edge(t: Tensor) -> tuple:
     """``(node, input_nr)`` through which a gradient reaches ``t``; ``(None, 0)`` if none does."""
     if t._base is not None:  # See Note [Stale views] in ops/views.py
         _state.refresh_view(t, "backward")
-    fn = t.grad_fn
+    fn = t._grad_fn
     if fn is not None:
         return (fn, t._output_nr)
     if t._rg:
@@ -468,11 +520,11 @@ def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
         var._grad = g.clone() if old is None else old + g
         return
     if old is None:
-        var._grad = _wrap(g.data if owned else g.data.copy(), g.device)
+        var._grad = _wrap(g._data if owned else g._data.copy(), g.device)
     elif old._rg or old.shape != g.shape or old.dtype != g.dtype:
         var._grad = (old + g).detach()
     else:
-        old.device.xp.add(old.data, g.data, out=old.data)
+        old.device.xp.add(old._data, g._data, out=old._data)
         old._vc[0] += 1
 
 
@@ -520,7 +572,7 @@ def engine_sum(old: Tensor, g: Tensor, owner: Any) -> Tensor:
     """``old + g`` for ``owner``'s input slot (grad mode off): in place when ``old`` is already
     the slot's EngineSum, else a new EngineSum; a plain out-of-place sum when the operands'
     shapes, dtypes or devices differ (then torch's promotion applies). Note [Gradient ownership]."""
-    a, b = old.data, g.data
+    a, b = old._data, g._data
     if a.shape != b.shape or a.dtype != b.dtype or old.device is not g.device:
         return old + g
     if type(old) is EngineSum and old.owner is owner:
@@ -537,7 +589,7 @@ def disown(inputs: list) -> list:
     for k, g in enumerate(inputs):
         if type(g) is EngineSum:
             g.owner = None
-            inputs[k] = _wrap(g.data, g.device)
+            inputs[k] = _wrap(g._data, g.device)
     return inputs
 
 

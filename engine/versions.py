@@ -91,7 +91,7 @@ def next_generation(t: "Tensor") -> int:
 def made_at(t: "Tensor") -> int:
     """The base generation ``t``'s history describes: its grad_fn's stamp, or for a view with
     no grad_fn (made under no_grad), the stamp it was made with."""
-    fn = t.grad_fn
+    fn = t._grad_fn
     if fn is not None:
         return getattr(fn, "_view_gen", 0)
     e = t._ext
@@ -130,7 +130,7 @@ def _view_meta(x: "Tensor") -> str | None:
     e = x._ext
     if e is not None and e.view_meta is not None:
         return e.view_meta
-    fn = x.grad_fn
+    fn = x._grad_fn
     if fn is None:
         return None
     if fn.returns_multiple_views or x._output_nr in fn.multi_view_outputs:

@@ -3,7 +3,7 @@
 Note [Op definitions]
 ~~~~~~~~~~~~~~~~~~~~~
 An op is one function and one Node subclass side by side in one module (STYLE.md habit 1):
-the function computes the forward on arrays (``x.data``, through ``x.device.xp`` only) and,
+the function computes the forward on arrays (``x._data``, through ``x.device.xp`` only) and,
 when :func:`needs_grad` says so, calls :func:`record` with the node, the inputs and what the
 backward must save (one-output ops with one or two inputs: :func:`record_unary` /
 :func:`record_binary`, Note [Fast recorders] in engine/_record.py). Elementwise ops hand
@@ -22,7 +22,7 @@ Most backward calls record nothing: grad mode is off in backward unless ``create
 op it calls, the checks a user-facing op needs (operand types, devices, dtype promotion,
 ``fit``) and a Tensor per intermediate: about 1.5 us of a 2-4 us node. So the hottest nodes
 (those a training step runs most) carry a second form of their formula, under
-``if not tls.grad_enabled``, that computes on the arrays (``self.saved_arrays()``, ``g.data``)
+``if not tls.grad_enabled``, that computes on the arrays (``self.saved_arrays()``, ``g._data``)
 and wraps only the gradients it returns, through :func:`grad_of` (which undoes broadcasting
 and dtype promotion as ``fit`` does, on arrays: :func:`sum_to_array`; ``fit`` itself takes that
 path when no graph is recorded). The ops form stays the definition and
@@ -80,8 +80,8 @@ def as_operand(x: Any, like: Tensor, name: str) -> Tensor:
     """
     if isinstance(x, Tensor):
         return x
-    if type(x) is float and like.data.dtype.kind == "f":
-        t = _wrap(like.device.xp.asarray(x, dtype=like.data.dtype), like.device)  # the usual case, fast
+    if type(x) is float and like._data.dtype.kind == "f":
+        t = _wrap(like.device.xp.asarray(x, dtype=like._data.dtype), like.device)  # the usual case, fast
         t.__class__ = WrappedNumber
         return t
     if isinstance(x, (bool, Number)) and not isinstance(x, numpy.ndarray):
@@ -118,8 +118,8 @@ def binary_operands(a: Any, b: Any, name: str, elementwise: bool = True) -> tupl
             raise TypeError(f"{name}: expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
     if a.device is not b.device:
         raise device_error(name, a, b)
-    if elementwise and a.data.shape != b.data.shape:
-        broadcast_check(a.data.shape, b.data.shape, name)
+    if elementwise and a._data.shape != b._data.shape:
+        broadcast_check(a._data.shape, b._data.shape, name)
     if (a._base is not None or b._base is not None) and tls.grad_enabled:  # See Note [Stale views] in views.py
         if a._base is not None:
             _state.refresh_view(a, name)
@@ -217,7 +217,7 @@ def broadcast_array(d: Any, shape: tuple, xp: Any) -> Any:
 
 def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
     """The gradient for an input of ``shape``/``dtype``: broadcast dims summed away, dtype cast back."""
-    d = g.data
+    d = g._data
     if d.shape == shape and d.dtype == dtype:
         return g
     # On arrays when no graph is recorded (measured, AddBackward0 of (8, 16) + (16,): 7.16 -> 2.63 us)

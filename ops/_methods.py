@@ -25,7 +25,7 @@ def _compare(ufunc_name: str) -> Any:
         from ._core import binary_operands
 
         a, b = binary_operands(self, other, ufunc_name)
-        return _wrap(a.device.xp.asarray(getattr(a.device.xp, ufunc_name)(a.data, b.data)), a.device)
+        return _wrap(a.device.xp.asarray(getattr(a.device.xp, ufunc_name)(a._data, b._data)), a.device)
 
     compare.__name__ = f"__{ufunc_name}__"
     return compare

@@ -19,7 +19,7 @@ def _float_data(x: Tensor, name: str) -> Any:
     check_tensor(x, name)
     if x.dtype.kind not in "fc":
         raise TypeError(f"{name}: expected a floating point tensor, got dtype {x.dtype}; convert with x.to(engine.float32)")
-    return x.data
+    return x._data
 
 
 class SigmoidBackward0(Node):
@@ -29,7 +29,7 @@ class SigmoidBackward0(Node):
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.77 -> 1.62 us)
             (yd,) = self.saved_arrays()
             dev = g.device
-            return (_wrap(dev.kernels.sigmoid_grad(g.data, yd), dev),)  # Note [Fused kernels] in devices/_fused.py
+            return (_wrap(dev.kernels.sigmoid_grad(g._data, yd), dev),)  # Note [Fused kernels] in devices/_fused.py
         (out,) = self.saved_tensors()
         return (sigmoid_backward(g, out),)
 
@@ -49,7 +49,7 @@ class SigmoidBackwardBackward0(Node):
 def sigmoid_backward(g: Tensor, y: Tensor) -> Tensor:
     """``g * y * (1 - y)`` fused into one node (like torch's ``sigmoid_backward``)."""
     dev = g.device
-    out = _wrap(dev.kernels.sigmoid_grad(g.data, y.data), dev)
+    out = _wrap(dev.kernels.sigmoid_grad(g._data, y._data), dev)
     if tls.grad_enabled and (g._rg or y._rg):
         record(SigmoidBackwardBackward0(), (g, y), out, (g, y))
     return out
@@ -65,7 +65,7 @@ def _sigmoid_array(data: Any, xp: Any) -> Any:
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))``, computed without overflow for large ``|x|``."""
     check_tensor(x, "sigmoid")
-    data = x.data if x.dtype.kind in "fc" else x.data.astype("float32")  # torch promotes integers
+    data = x._data if x.dtype.kind in "fc" else x._data.astype("float32")  # torch promotes integers
     return unary_result(x, _sigmoid_array(data, x.device.xp), SigmoidBackward0, OUTPUT)
 
 
@@ -76,7 +76,7 @@ class ReluBackward0(Node):
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.68 -> 1.72 us)
             (yd,) = self.saved_arrays()
             dev = g.device
-            return (_wrap(dev.kernels.relu_grad(g.data, yd), dev),)  # g * (y > 0), as below
+            return (_wrap(dev.kernels.relu_grad(g._data, yd), dev),)  # g * (y > 0), as below
         (out,) = self.saved_tensors()
         return (threshold_backward(g, out),)
 
@@ -91,7 +91,7 @@ class ThresholdBackwardBackward0(Node):
         (y,) = self.saved_tensors()
         eg, ey = self.next_edges
         return (threshold_backward(gg, y) if eg[0] is not None else None,
-                _wrap(y.device.xp.zeros(y.data.shape, y.data.dtype), y.device) if ey[0] is not None else None)
+                _wrap(y.device.xp.zeros(y._data.shape, y._data.dtype), y.device) if ey[0] is not None else None)
 
 
 def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
@@ -105,7 +105,7 @@ def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
     ([1.0, 0.0], 'ThresholdBackwardBackward0')
     """
     dev = g.device
-    out = _wrap(dev.kernels.relu_grad(g.data, y.data), dev)  # g * (y > 0), as the first-order form
+    out = _wrap(dev.kernels.relu_grad(g._data, y._data), dev)  # g * (y > 0), as the first-order form
     if tls.grad_enabled and (g._rg or y._rg):
         record(ThresholdBackwardBackward0(), (g, y), out, (y,))
     return out
@@ -128,10 +128,10 @@ def threshold_backward(g: Tensor, y: Tensor) -> Tensor:
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``; the gradient at 0 is 0, as in torch. Bool tensors are refused (RuntimeError), as in torch."""
     check_tensor(x, "relu")
-    if x.data.dtype is _BOOL:
+    if x._data.dtype is _BOOL:
         raise RuntimeError("relu: Boolean inputs not supported for relu (got a tensor of dtype bool); "
                            "convert it first, e.g. x.to(engine.float32)")
-    return unary_result(x, x.device.xp.maximum(x.data, 0).astype(x.dtype, copy=False), ReluBackward0, OUTPUT)
+    return unary_result(x, x.device.xp.maximum(x._data, 0).astype(x.dtype, copy=False), ReluBackward0, OUTPUT)
 
 
 _FLOATS = ("float32", "float64")  # the dtypes the fused gelu/softplus/softmax kernels take
@@ -148,8 +148,8 @@ class GeluBackward0(Node):
         dev = g.device
         if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
             (xd,) = self.saved_arrays()
-            if g.data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.gelu_grad(g.data, xd, self.approximate), dev),)
+            if g._data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.gelu_grad(g._data, xd, self.approximate), dev),)
         (x,) = self.saved_tensors()
         if self.approximate == "tanh":
             x2 = mul(x, x)
@@ -193,11 +193,11 @@ class SoftplusBackward0(Node):
         dev = g.device
         if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
             (xd,) = self.saved_arrays()
-            if g.data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.softplus_grad(g.data, xd, self.beta, self.threshold), dev),)
+            if g._data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.softplus_grad(g._data, xd, self.beta, self.threshold), dev),)
         (x,) = self.saved_tensors()
         bx = mul(x, self.beta)
-        linear = const(bx.data > self.threshold, x)
+        linear = const(bx._data > self.threshold, x)
         return (mul(g, where(linear, const(x.device.xp.ones((), dtype=g.dtype), g), sigmoid(bx))),)
 
 
@@ -231,8 +231,8 @@ class SoftmaxBackward0(Node):
         dev = g.device
         if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
             (yd,) = self.saved_arrays()
-            if g.data.dtype == yd.dtype and yd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.softmax_grad(g.data, yd, self.dim), dev),)
+            if g._data.dtype == yd.dtype and yd.dtype.name in _FLOATS:
+                return (_wrap(dev.kernels.softmax_grad(g._data, yd, self.dim), dev),)
         (out,) = self.saved_tensors()
         return (mul(out, sub(g, _sum(mul(g, out), self.dim, keepdim=True))),)
 
@@ -267,7 +267,7 @@ class LogSoftmaxBackward0(Node):
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 7.97 -> 3.25 us)
             (yd,) = self.saved_arrays()
             dev = g.device  # Note [Fused kernels] in devices/_fused.py
-            return (_wrap(dev.kernels.log_softmax_grad(g.data, yd, self.dim, dev.xp), dev),)
+            return (_wrap(dev.kernels.log_softmax_grad(g._data, yd, self.dim, dev.xp), dev),)
         from .reduce import sum as _sum
 
         (out,) = self.saved_tensors()

@@ -31,7 +31,7 @@ def to(t: Tensor, device: Any = None, dtype: Any = None) -> Tensor:
     dt = t.dtype if dtype is None else to_dtype(dtype)
     if dev is t.device and dt == t.dtype:
         return t
-    data = t.data if dev is t.device else _transfer(t.data, t.device, dev)
+    data = t._data if dev is t.device else _transfer(t._data, t.device, dev)
     if dt != data.dtype:
         data = data.astype(dt)
     out = _wrap(data, dev)
@@ -53,7 +53,7 @@ class CloneBackward0(Node):
 def clone(t: Tensor) -> Tensor:
     """A copy of ``t`` with its own memory; gradients flow through unchanged."""
     check_tensor(t, "clone")
-    out = _wrap(t.data.copy(), t.device)
+    out = _wrap(t._data.copy(), t.device)
     if tls.grad_enabled and t._rg:
         record_unary(CloneBackward0(), t, out)
     return out

@@ -25,7 +25,7 @@ class _Binary(Node):
     __slots__ = ("a_shape", "a_dtype", "b_shape", "b_dtype")
 
     def _meta(self, a: Tensor, b: Tensor) -> "_Binary":
-        ad, bd = a.data, b.data  # the arrays directly: Tensor.shape/.dtype are Python properties
+        ad, bd = a._data, b._data  # the arrays directly: Tensor.shape/.dtype are Python properties
         self.a_shape, self.a_dtype, self.b_shape, self.b_dtype = ad.shape, ad.dtype, bd.shape, bd.dtype
         return self
 
@@ -33,7 +33,7 @@ class _Binary(Node):
 def _binary_out(a: Tensor, b: Tensor, data: Any) -> Tensor:
     """Wrap (not record) a binary op's result, in torch's dtype when the operands' dtypes differ (numpy
     scalars from 0-d operands become arrays in ``_wrap``)."""
-    ad, bd = a.data.dtype, b.data.dtype
+    ad, bd = a._data.dtype, b._data.dtype
     if ad is not bd and ad != bd:  # identity first: numpy's builtin dtypes are shared instances
         data = promoted(data, a, b)
     return _wrap(data, a.device)
@@ -52,7 +52,7 @@ class AddBackward0(_Binary):
 def add(a: Any, b: Any) -> Tensor:
     """``a + b`` with numpy broadcasting; either operand may be a number."""
     a, b = binary_operands(a, b, "add")
-    return binary_result(a, b, a.data + b.data, AddBackward0)
+    return binary_result(a, b, a._data + b._data, AddBackward0)
 
 
 class SubBackward0(_Binary):
@@ -76,7 +76,7 @@ def sub(a: Any, b: Any) -> Tensor:
     is refused with a RuntimeError, as in torch."""
     node_cls = SubBackward0 if isinstance(a, Tensor) else RsubBackward1
     ta, tb = binary_operands(a, b, "sub")
-    ad, bd = ta.data, tb.data
+    ad, bd = ta._data, tb._data
     # torch refuses a bool operand: two identity tests and two type tests on the usual path
     # (a numpy bool or an array of bools became a bool tensor; only a Python bool took the other's dtype)
     if ad.dtype is BOOL or bd.dtype is BOOL or type(a) is bool or type(b) is bool:
@@ -90,11 +90,11 @@ _BOOLS = (bool, numpy.bool_)  # the types of bool numbers (bool cannot be subcla
 def check_sub_operands(a: Any, b: Any, ta: Tensor, tb: Tensor, name: str) -> None:
     """Raise torch's RuntimeError when an operand of a subtraction is bool (``sub``, ``sub_``):
     a bool tensor, or a bool number. ``a``/``b`` as the user gave them, ``ta``/``tb`` as tensors."""
-    bool_a = ta.data.dtype.kind == "b" or type(a) in _BOOLS
-    bool_b = tb.data.dtype.kind == "b" or type(b) in _BOOLS
+    bool_a = ta._data.dtype.kind == "b" or type(a) in _BOOLS
+    bool_b = tb._data.dtype.kind == "b" or type(b) in _BOOLS
     if not (bool_a or bool_b):
         return
-    what = [f"{t.dtype}" if t.data.dtype.kind == "b" or type(x) not in _BOOLS else f"bool ({x!r})"
+    what = [f"{t.dtype}" if t._data.dtype.kind == "b" or type(x) not in _BOOLS else f"bool ({x!r})"
             for x, t in ((a, ta), (b, tb))]
     got = f"got operands of dtype {what[0]} and {what[1]}"
     if bool_a and bool_b:
@@ -109,7 +109,7 @@ class MulBackward0(_Binary):
 
     def backward(self, g: Tensor) -> tuple:
         ea, eb = self.next_edges
-        gd = g.data
+        gd = g._data
         # See Note [First-order formulas] (measured: 2.60 -> 1.82 us); only where no dtype
         # promotion is to be mirrored (mul casts numpy's product to torch's dtype before fit sums)
         if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
@@ -128,7 +128,7 @@ def mul(a: Any, b: Any) -> Tensor:
     """``a * b`` with numpy broadcasting."""
     a, b = binary_operands(a, b, "mul")
     # Save only what a needed gradient uses: b for a's gradient, a for b's.
-    return binary_result(a, b, a.data * b.data, MulBackward0, a if b._rg else None, b if a._rg else None)
+    return binary_result(a, b, a._data * b._data, MulBackward0, a if b._rg else None, b if a._rg else None)
 
 
 class DivBackward0(_Binary):
@@ -136,7 +136,7 @@ class DivBackward0(_Binary):
 
     def backward(self, g: Tensor) -> tuple:
         ea, eb = self.next_edges
-        gd = g.data
+        gd = g._data
         # See Note [First-order formulas] (measured: 5.78 -> 2.52 us); only where no dtype promotion
         # is to be mirrored (div and mul cast their results to torch's dtype)
         if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
@@ -157,7 +157,7 @@ def div(a: Any, b: Any) -> Tensor:
     rdt = result_dtype(a, b)
     if rdt.kind not in "fc":
         rdt = a.device.xp.dtype("float32")
-    out = _wrap(cast(a.device.xp.asarray(a.data / b.data), rdt), a.device)
+    out = _wrap(cast(a.device.xp.asarray(a._data / b._data), rdt), a.device)
     if tls.grad_enabled and (a._rg or b._rg):
         record_binary(DivBackward0(), a, b, out, a if b._rg else None, b)
     return out
@@ -175,9 +175,9 @@ def neg(x: Tensor) -> Tensor:
     """``-x``. Bool tensors are refused (RuntimeError), as in torch: use ``~x`` to invert a mask."""
     check_tensor(x, "neg")
     try:
-        data = -x.data
+        data = -x._data
     except TypeError:  # numpy refuses -bool (TypeError): torch raises RuntimeError. No test on the usual path
-        if x.data.dtype.kind == "b":
+        if x._data.dtype.kind == "b":
             raise RuntimeError("neg: Negation, the `-` operator, on a bool tensor is not supported (got dtype "
                                "bool). If you are trying to invert a mask, use the `~` or `logical_not()` operator "
                                "instead.") from None
@@ -194,7 +194,7 @@ class PowBackward0(Node):
         e = self.exponent
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, x ** 2: 4.63 -> 2.04 us)
             (ad,) = self.saved_arrays()
-            gd = g.data
+            gd = g._data
             if e == 0:
                 return (_wrap(gd * 0.0, g.device),)
             # e as mul(g, e) takes it: an array of g's dtype (a numpy float64 e would promote)
@@ -218,13 +218,13 @@ class PowBackward1(_Binary):
             # d(a**b)/da = b * a**(b-1), taken as 0 where b == 0 (torch's masked_fill: 0 * 0**-1
             # would be nan at a == 0)
             ga = mul(mul(g, b), pow(a, sub(b, 1)))
-            ga = fit(where(const(b.data == 0, b), const(ga.device.xp.zeros((), ga.dtype), ga), ga),
+            ga = fit(where(const(b._data == 0, b), const(ga.device.xp.zeros((), ga.dtype), ga), ga),
                      self.a_shape, self.a_dtype)
         if eb[0] is not None:
             # d(a**b)/db = a**b * log(a), taken as 0 where a == 0 and b >= 0 (torch's rule, the
             # limit there); log is computed at 1 instead of 0 at those places, so no 0 * -inf
             # appears. Where a == 0 and b < 0 it is a**b * log(0) = -inf, as in torch.
-            at0 = (a.data == 0) & (b.data >= 0)
+            at0 = (a._data == 0) & (b._data >= 0)
             la = log(add(a, const(at0.astype(a.dtype), a)))
             gb = fit(mul(mul(g, out), la), self.b_shape, self.b_dtype)
         return (ga, gb)
@@ -246,7 +246,7 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
         # scalar would promote under numpy's rules, so it is used as the Python number it is.
         b = float(b) if isinstance(b, (float, numpy.floating)) else int(b)
         check_tensor(a, "pow")  # (a stale view is brought up to date here)
-        ad = a.data
+        ad = a._data
         if isinstance(b, float) and ad.dtype.kind not in "fc":
             ad = ad.astype("float32")
         elif ad.dtype.kind == "b":
@@ -259,7 +259,7 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
         return out
     node_cls = PowBackward1 if isinstance(a, Tensor) else PowBackward2
     a, b = binary_operands(a, b, "pow")
-    out = _binary_out(a, b, a.data ** b.data)
+    out = _binary_out(a, b, a._data ** b._data)
     if tls.grad_enabled and (a._rg or b._rg):
         record(node_cls()._meta(a, b), (a, b), out, (a, b, out if b._rg else None))
     return out
@@ -268,14 +268,14 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - torch's name
 # --- unary math ----------------------------------------------------------------------
 
 def _float_input(x: Tensor, name: str) -> Any:
-    """``x.data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...).
+    """``x._data``, promoted to float32 when it is an integer array (torch's rule for exp, log ...).
 
     The ops inline its common case, a floating Tensor that is no view to check, as
-    ``x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else
+    ``x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else
     _float_input(x, name)`` (one call less per op: chain forward 15,269 -> 15,067 instructions per op)."""
     if type(x) is not Tensor or x._base is not None:  # not a Tensor, or a view to check (Note [Stale views] in views.py)
         check_tensor(x, name)
-    d = x.data
+    d = x._data
     return d if d.dtype.kind in "fc" else d.astype("float32")
 
 
@@ -285,7 +285,7 @@ class ExpBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.50 -> 0.97 us)
             (yd,) = self.saved_arrays()
-            return (_wrap(g.data * yd, g.device),)
+            return (_wrap(g._data * yd, g.device),)
         (out,) = self.saved_tensors()
         return (mul(g, out),)
 
@@ -293,7 +293,7 @@ class ExpBackward0(Node):
 @register
 def exp(x: Tensor) -> Tensor:
     """``e ** x``."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "exp")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "exp")
     return unary_result(x, x.device.xp.exp(data), ExpBackward0, OUTPUT)
 
 
@@ -303,7 +303,7 @@ class LogBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.46 -> 0.96 us)
             (xd,) = self.saved_arrays()
-            return (_wrap(g.data / xd, g.device),)
+            return (_wrap(g._data / xd, g.device),)
         (x,) = self.saved_tensors()
         return (div(g, x),)
 
@@ -311,7 +311,7 @@ class LogBackward0(Node):
 @register
 def log(x: Tensor) -> Tensor:
     """Natural logarithm (``-inf`` at 0, ``nan`` below, like torch)."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "log")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "log")
     return unary_result(x, x.device.xp.log(data), LogBackward0, x)
 
 
@@ -326,7 +326,7 @@ class SqrtBackward0(Node):
 @register
 def sqrt(x: Tensor) -> Tensor:
     """Square root."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "sqrt")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "sqrt")
     return unary_result(x, x.device.xp.sqrt(data), SqrtBackward0, OUTPUT)
 
 
@@ -336,7 +336,7 @@ class AbsBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.33 -> 1.19 us)
             (xd,) = self.saved_arrays()
-            return (_wrap(g.data * g.device.xp.sign(xd), g.device),)
+            return (_wrap(g._data * g.device.xp.sign(xd), g.device),)
         (x,) = self.saved_tensors()
         # g * sgn(x) (0 at 0), as torch: sgn's node links the gradient to x (See Note
         # [Gradients linked to the output] in activation.py).
@@ -349,23 +349,23 @@ class SgnBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        return (_wrap(g.device.xp.zeros(g.data.shape, g.data.dtype), g.device),)
+        return (_wrap(g.device.xp.zeros(g._data.shape, g._data.dtype), g.device),)
 
 
 def _sgn(x: Tensor) -> Tensor:
     """``sign(x)`` (-1, 0 or 1 in x's dtype) with torch's node, for abs's backward."""
-    return unary_result(x, x.device.xp.sign(x.data), SgnBackward0)
+    return unary_result(x, x.device.xp.sign(x._data), SgnBackward0)
 
 
 @register
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
     """``|x|``; the gradient at 0 is 0, as in torch. Bool tensors are refused (NotImplementedError), as in torch."""
     check_tensor(x, "abs")
-    if x.data.dtype is BOOL:
+    if x._data.dtype is BOOL:
         raise NotImplementedError("abs: not implemented for dtype bool (torch: \"abs_cpu\" not implemented for "
                                   "'Bool'); a bool tensor is its own absolute value, or convert it first, e.g. "
                                   "x.to(engine.int64)")
-    return unary_result(x, x.device.xp.abs(x.data), AbsBackward0, x)
+    return unary_result(x, x.device.xp.abs(x._data), AbsBackward0, x)
 
 
 class SinBackward0(Node):
@@ -379,7 +379,7 @@ class SinBackward0(Node):
 @register
 def sin(x: Tensor) -> Tensor:
     """Sine."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "sin")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "sin")
     return unary_result(x, x.device.xp.sin(data), SinBackward0, x)
 
 
@@ -394,7 +394,7 @@ class CosBackward0(Node):
 @register
 def cos(x: Tensor) -> Tensor:
     """Cosine."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "cos")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "cos")
     return unary_result(x, x.device.xp.cos(data), CosBackward0, x)
 
 
@@ -405,7 +405,7 @@ class TanhBackward0(Node):
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 3.07 -> 2.68 us)
             (yd,) = self.saved_arrays()
             dev = g.device
-            return (_wrap(dev.kernels.tanh_grad(g.data, yd), dev),)  # See Note [Fused kernels] in devices/_fused.py
+            return (_wrap(dev.kernels.tanh_grad(g._data, yd), dev),)  # See Note [Fused kernels] in devices/_fused.py
         (out,) = self.saved_tensors()
         return (tanh_backward(g, out),)
 
@@ -427,7 +427,7 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
     ``tanh_backward`` (one node instead of three; measured -2 us per tanh node) and itself
     differentiable for double backward."""
     dev = g.device
-    out = _wrap(dev.kernels.tanh_grad(g.data, y.data), dev)
+    out = _wrap(dev.kernels.tanh_grad(g._data, y._data), dev)
     if tls.grad_enabled and (g._rg or y._rg):
         record(TanhBackwardBackward0(), (g, y), out, (g, y))
     return out
@@ -436,7 +436,7 @@ def tanh_backward(g: Tensor, y: Tensor) -> Tensor:
 @register
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent."""
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "tanh")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "tanh")
     return unary_result(x, x.device.xp.tanh(data), TanhBackward0, OUTPUT)
 
 
@@ -452,8 +452,8 @@ class MaximumBackward0(_Binary):
         a, b = self.saved_tensors()
         xp = a.device.xp
         # The share of g going to a: 1 where a wins, 1/2 on ties, 0 where b wins (a constant).
-        wins = getattr(xp, self._greater)(a.data, b.data).astype(g.dtype)
-        share = wins + 0.5 * (a.data == b.data).astype(g.dtype)
+        wins = getattr(xp, self._greater)(a._data, b._data).astype(g.dtype)
+        share = wins + 0.5 * (a._data == b._data).astype(g.dtype)
         ea, eb = self.next_edges
         return (fit(mul(g, const(share.astype(g.dtype), g)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
                 fit(mul(g, const((1 - share).astype(g.dtype), g)), self.b_shape, self.b_dtype) if eb[0] is not None else None)
@@ -466,7 +466,7 @@ class MinimumBackward0(MaximumBackward0):
 
 def _extremum(a: Any, b: Any, name: str, node_cls: type) -> Tensor:
     a, b = binary_operands(a, b, name)
-    return binary_result(a, b, getattr(a.device.xp, name)(a.data, b.data), node_cls, a, b)
+    return binary_result(a, b, getattr(a.device.xp, name)(a._data, b._data), node_cls, a, b)
 
 
 @register
@@ -511,7 +511,7 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
         raise device_error("where", condition, a)
     if condition.dtype.kind != "b":
         raise RuntimeError(f"where: condition must be a bool tensor, got dtype {condition.dtype}; compare first (e.g. x > 0)")
-    out = _binary_out(a, b, a.device.xp.where(condition.data, a.data, b.data))
+    out = _binary_out(a, b, a.device.xp.where(condition._data, a._data, b._data))
     if tls.grad_enabled and (a._rg or b._rg):
         record(WhereBackward0()._meta(a, b), (None, a, b), out, (condition,))
     return out
@@ -529,18 +529,18 @@ class ClampBackward1(Node):
         grads = [None, None, None]
         above_lo = None
         if lo is not None:
-            inside &= x.data >= lo.data
-            above_lo = xp.maximum(x.data, lo.data)
+            inside &= x._data >= lo._data
+            above_lo = xp.maximum(x._data, lo._data)
         if hi is not None:
-            inside &= (x.data if above_lo is None else above_lo) <= hi.data
+            inside &= (x._data if above_lo is None else above_lo) <= hi._data
         edges = self.next_edges
         if edges[0][0] is not None:
             grads[0] = fit(mul(g, const(inside.astype(g.dtype), g)), self.shapes[0], self.dtypes[0])
         if lo is not None and edges[1][0] is not None:
-            lo_wins = (x.data < lo.data) & ((lo.data <= hi.data) if hi is not None else True)
+            lo_wins = (x._data < lo._data) & ((lo._data <= hi._data) if hi is not None else True)
             grads[1] = fit(mul(g, const(xp.asarray(lo_wins).astype(g.dtype), g)), self.shapes[1], self.dtypes[1])
         if hi is not None and edges[2][0] is not None:
-            hi_wins = (x.data if above_lo is None else above_lo) > hi.data
+            hi_wins = (x._data if above_lo is None else above_lo) > hi._data
             grads[2] = fit(mul(g, const(hi_wins.astype(g.dtype), g)), self.shapes[2], self.dtypes[2])
         return tuple(grads)
 
@@ -558,11 +558,11 @@ def clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002 
     lo = None if min is None else binary_operands(x, min, "clamp")[1]
     hi = None if max is None else binary_operands(x, max, "clamp")[1]
     xp = x.device.xp
-    data, dt = x.data, x.dtype
+    data, dt = x._data, x.dtype
     for bound, fn in ((lo, xp.maximum), (hi, xp.minimum)):
         if bound is not None:
             dt = result_dtype(SimpleNamespace(dtype=dt, ndim=x.ndim), bound)
-            data = fn(data, bound.data)
+            data = fn(data, bound._data)
     out = _wrap(cast(xp.asarray(data), dt), x.device)
     if tls.grad_enabled and (x._rg or (lo is not None and lo._rg) or (hi is not None and hi._rg)):
         node = ClampBackward1()
@@ -586,5 +586,5 @@ def erf(x: Tensor) -> Tensor:
     """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt`` (used by exact gelu)."""
     from ._special import erf_array
 
-    data = x.data if type(x) is Tensor and x._base is None and x.data.dtype.kind == "f" else _float_input(x, "erf")
+    data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "erf")
     return unary_result(x, erf_array(data, x.device.xp), ErfBackward0, x)

@@ -31,10 +31,10 @@ def convert_index(idx: Any, x: Tensor, name: str, same_device: bool = False) -> 
     dev = x.device
     if isinstance(idx, Tensor):
         if idx.device is dev:
-            return idx.data
+            return idx._data
         if same_device or idx.device is not _cpu:
             raise device_error(name, x, idx)
-        return dev.asarray(idx.data)
+        return dev.asarray(idx._data)
     if isinstance(idx, list):
         return dev.asarray(numpy.asarray(idx))
     if isinstance(idx, numpy.ndarray) and dev.xp is not numpy:
@@ -48,8 +48,8 @@ def select_ints(index: Any) -> Any:
     a 0-d bool or uint8 tensor stays a mask. Only indexing does this, not index_put or gather."""
     if isinstance(index, tuple):
         return tuple(select_ints(i) for i in index) if any(isinstance(i, Tensor) for i in index) else index
-    if isinstance(index, Tensor) and index.data.ndim == 0 and index.data.dtype.kind in "iu" \
-            and index.data.dtype != numpy.uint8:
+    if isinstance(index, Tensor) and index._data.ndim == 0 and index._data.dtype.kind in "iu" \
+            and index._data.dtype != numpy.uint8:
         return int(index.item())
     return index
 
@@ -93,7 +93,7 @@ def save_index(given: Any, idx: Any, x: Tensor) -> tuple[Any, list]:
     def part(g: Any, i: Any) -> Any:
         if not isinstance(i, xp_array):
             return i
-        tensors.append(g if isinstance(g, Tensor) and g.data is i else _wrap(i, x.device))
+        tensors.append(g if isinstance(g, Tensor) and g._data is i else _wrap(i, x.device))
         return _Saved(len(tensors) - 1)
 
     if isinstance(idx, tuple):
@@ -128,13 +128,13 @@ class IndexBackward0(Node):
 
 def _index_data(x: Tensor, idx: Any, index: Any, name: str) -> Any:
     try:
-        data = x.data[idx]
+        data = x._data[idx]
         if not isinstance(data, x.device.xp.ndarray) and is_basic(idx):
             # An int per dim gives numpy a scalar, a copy; with a trailing Ellipsis it gives a
             # 0-d view, so x[0] of a 1-D x is a view as in torch (x[0].add_(1) changes x).
             parts = idx if isinstance(idx, tuple) else (idx,)
             if not any(p is Ellipsis for p in parts):
-                data = x.data[parts + (Ellipsis,)]
+                data = x._data[parts + (Ellipsis,)]
     except IndexError as e:
         raise IndexError(f"{name}: index {index!r:.80} is invalid for a tensor of shape {list(x.shape)} ({e})") from None
     return data if isinstance(data, x.device.xp.ndarray) else x.device.xp.asarray(data)
@@ -248,15 +248,18 @@ class AsStridedBackward0(IndexBackward0):
     __slots__ = ()
 
 
-def take_view(flat: Tensor, positions: Any) -> Tensor:
-    """``flat[positions]`` for a view's regenerated history (``regenerate`` in views.py):
-    the positions are internal, so kept on the node as they are, not saved (torch's
-    AsStridedBackward0 saves nothing: Note [Saved indices])."""
-    out = _wrap(flat.data[positions], flat.device)
-    if tls.grad_enabled and flat._rg:
+def take_view(base: Tensor, positions: Any) -> Tensor:
+    """The elements of ``base`` at ``positions`` (C-order positions, an array of the view's
+    shape) for a view's regenerated history (``regenerate`` in views.py), as one node on the
+    base, as torch's: the positions become one index array per dim. They are internal, so kept
+    on the node as they are, not saved (torch's AsStridedBackward0 saves nothing: Note [Saved
+    indices])."""
+    index = numpy.unravel_index(positions, base.shape) if base._data.ndim > 1 else positions
+    out = _wrap(base._data[index], base.device)
+    if tls.grad_enabled and base._rg:
         node = AsStridedBackward0()
-        node.in_shape, node.index, node.basic = flat.shape, positions, False
-        record_unary(node, flat, out)
+        node.in_shape, node.index, node.basic = base.shape, index, False
+        record_unary(node, base, out)
     return out
 
 
@@ -274,9 +277,9 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
     xp = g.device.xp
     data = xp.zeros(shape, dtype=g.dtype)
     if basic:
-        data[index] = g.data
+        data[index] = g._data
     else:
-        xp.add.at(data, index, g.data)
+        xp.add.at(data, index, g._data)
     out = _wrap(data, g.device)
     if tls.grad_enabled and g._rg:
         node = IndexBackwardBackward0()
@@ -360,12 +363,12 @@ def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_sli
     if v.device is not x.device:
         raise device_error("index_put", x, v)
     idx = convert_index(indices, x, "index_put")
-    data = x.data.copy()
+    data = x._data.copy()
     try:
         if accumulate:
-            x.device.xp.add.at(data, idx, cast(v.data, x.dtype))
+            x.device.xp.add.at(data, idx, cast(v._data, x.dtype))
         else:
-            data[idx] = cast(v.data, x.dtype)
+            data[idx] = cast(v._data, x.dtype)
     except (IndexError, ValueError) as e:
         raise type(e)(f"index_put: cannot put values of shape {list(v.shape)} at index {indices!r:.80} "
                       f"of a tensor of shape {list(x.shape)} ({e})") from None
@@ -433,6 +436,6 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
     if tls.grad_enabled and x._rg:
         node = GatherBackward0()
         node.in_shape, node.dim = x.shape, d
-        saved_idx = index if isinstance(index, Tensor) and index.data is idx else _wrap(idx, x.device)
+        saved_idx = index if isinstance(index, Tensor) and index._data is idx else _wrap(idx, x.device)
         record(node, (x,), out, (x, saved_idx))
     return out

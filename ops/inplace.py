@@ -75,15 +75,15 @@ def _broadcast(a: tuple, b: tuple, name: str) -> tuple:
 def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     """True when autograd must record this in-place op; raises where torch refuses it."""
     check_tensor(self, name, "self")
-    if not getattr(self.data.flags, "writeable", True):
+    if not getattr(self._data.flags, "writeable", True):
         raise RuntimeError(f"{name}: this tensor is a read-only view (an expand() result, whose elements share "
                            f"memory); clone() it before writing to it")
     if not tls.grad_enabled:
         return False
     root = self._base
-    if root is None and self.grad_fn is None and self._rg:
+    if root is None and self._grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
-    fn = self.grad_fn
+    fn = self._grad_fn
     err = view_inplace_error(self, name)  # (its base may be gone: still a view)
     if err is not None:
         raise err
@@ -92,18 +92,18 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         no_grad_view = fn is None and self._ext is not None and self._ext.no_grad_view
         if fn is None and self._rg and not no_grad_view:
             raise RuntimeError(LEAF_MESSAGE)  # a view that was made a leaf of its own (requires_grad_())
-        if root.grad_fn is None and root._rg:
+        if root._grad_fn is None and root._rg:
             if no_grad_view:
                 raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if root.grad_fn is None and self._rg and not no_grad_view:
+        if root._grad_fn is None and self._rg and not no_grad_view:
             # A view of a view that was made a leaf of its own (y = x.view(2); y.requires_grad_();
             # z = y.view(2)): z's base is x, outside the graph, but writing to z writes y. torch's
             # check_inplace refuses a view that requires grad over a leaf base, whatever the base.
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if fn is None and root.grad_fn is not None:
+        if fn is None and root._grad_fn is not None:
             # A view made while nothing was recorded (no_grad) of a base that has a graph: the
             # change must reach the base's graph even if nothing here requires grad, so the
             # view first takes its history from the base (Note [In-place ops on views] in views.py).
@@ -111,7 +111,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if not (self._rg or any(o is not None and o._rg for o in others)):
         return False
     if root is not None:
-        if self.grad_fn is not None and root.grad_fn is not None and not regenerated:
+        if self._grad_fn is not None and root._grad_fn is not None and not regenerated:
             # The op reads the view's elements of the base as it is now, through a new node: as
             # in torch's CopySlices, the gradient for them goes straight to the base's history,
             # never through the view's old grad_fn, whose hooks must not fire (Note [Stale views]).
@@ -120,7 +120,7 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         # the graph through CopySlices, as torch's (the "fill a preallocated buffer" pattern).
         # Refused: a view made under no_grad of a base in the graph that could not take its
         # history anew, and a base whose array layout cannot be read.
-        if (self.grad_fn is None and root.grad_fn is not None) or view_offset(self, root) is None:
+        if (self._grad_fn is None and root._grad_fn is not None) or view_offset(self, root) is None:
             raise RuntimeError(
                 f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
                 f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "
@@ -132,8 +132,8 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
 
 def _snapshot(self: Tensor) -> Tensor:
     """A tensor over a copy of ``self``'s array that stands for ``self`` in the graph."""
-    snap = _wrap(self.data.copy(), self.device)
-    snap.grad_fn, snap._output_nr, snap._rg = self.grad_fn, self._output_nr, self._rg
+    snap = _wrap(self._data.copy(), self.device)
+    snap._grad_fn, snap._output_nr, snap._rg = self._grad_fn, self._output_nr, self._rg
     return snap
 
 
@@ -146,7 +146,7 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     root = self._base
     if root is not None:
         rebase(root, _snapshot(root), view_index(self, root), result)
-    self.data[...] = result.data
+    self._data[...] = result._data
     _bump(self, recorded=True)
     if root is not None:
         regenerate(self)  # a view of the rebased base: See Note [Stale views] in views.py
@@ -167,7 +167,7 @@ def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = Fal
     def method(self: Tensor, other: Any, alpha: Any = None) -> Tensor:
         given = other
         other = _other(self, other, name)
-        if refuse_bool and (self.data.dtype is BOOL or other.data.dtype is BOOL or type(given) is bool):
+        if refuse_bool and (self._data.dtype is BOOL or other._data.dtype is BOOL or type(given) is bool):
             elementwise.check_sub_operands(self, given, self, other, name)
         if alpha is not None:
             other = elementwise.mul(other, alpha)
@@ -179,7 +179,7 @@ def _binary_inplace(name: str, op: Callable, ufunc: str, refuse_bool: bool = Fal
             rdt = self.device.xp.dtype("float32")
         shape = _broadcast(self.shape, other.shape, name)
         _check_write(self, rdt, shape, name)
-        getattr(self.device.xp, ufunc)(self.data, other.data, out=self.data, casting="unsafe")
+        getattr(self.device.xp, ufunc)(self._data, other._data, out=self._data, casting="unsafe")
         _bump(self)
         return self
 
@@ -202,7 +202,7 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     v = as_operand(value, self, name)
     record = _must_record(self, (v,), name)
     if v.device is not self.device:  # copy_ and setitem take values from any device
-        v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v.data)), self.device)
+        v = device.to(v, self.device) if record else _wrap(self.device.asarray(v.device.to_host(v._data)), self.device)
     if record:
         narrow = index.is_basic(idx) and index.narrows(idx, self.shape)  # torch's CopySlices
         return _adopt(self, index.put(_snapshot(self), idx, v, copy_slices=narrow,
@@ -210,7 +210,7 @@ def _put(self: Tensor, idx: Any, value: Any, name: str) -> Tensor:
     if CATEGORY.get(v.dtype.kind, 2) > CATEGORY.get(self.dtype.kind, 2):
         raise RuntimeError(f"{name}: value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}")
     try:
-        self.data[index.convert_index(idx, self, name)] = v.data
+        self._data[index.convert_index(idx, self, name)] = v._data
     except (IndexError, ValueError) as e:
         raise type(e)(f"{name}: cannot write a value of shape {list(v.shape)} at index {idx!r:.80} "
                       f"of a tensor of shape {list(self.shape)} ({e})") from None

@@ -26,7 +26,7 @@ class MmBackward0(Node):
         # Measured on (64, 784) @ (784, 512) float32; on (4, 8) @ (8, 6), wrappers only: 8.9 -> 3.8 us
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 597 -> 587 us)
             ad, bd = self.saved_arrays()
-            gd, dev = g.data, g.device
+            gd, dev = g._data, g.device
             mT = dev.xp.swapaxes  # as _mT's transpose does
             return (grad_of(gd @ mT(bd, -1, -2), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
                     grad_of(mT(ad, -1, -2) @ gd, self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
@@ -70,7 +70,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {list(a.shape)} and {list(b.shape)}")
     try:
-        data = a.data @ b.data
+        data = a._data @ b._data
     except ValueError:
         raise RuntimeError(
             f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "

@@ -43,9 +43,9 @@ def linear(x: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
     if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: input of shape {list(x.shape)} and weight of shape {list(weight.shape)} "
                            f"do not fit: weight must be (out_features, {x.shape[-1] if x.ndim else '?'})")
-    if (x.data.ndim == 2 and weight.data.ndim == 2 and x.data.dtype == weight.data.dtype
-            and (bias is None or (isinstance(bias, Tensor) and bias.data.shape == weight.data.shape[:1]
-                                  and bias.data.dtype == x.data.dtype))):
+    if (x._data.ndim == 2 and weight._data.ndim == 2 and x._data.dtype == weight._data.dtype
+            and (bias is None or (isinstance(bias, Tensor) and bias._data.shape == weight._data.shape[:1]
+                                  and bias._data.dtype == x._data.dtype))):
         return _linear_2d(x, weight, bias)
     out = matmul(x, transpose(weight, 0, 1) if weight.ndim == 2 else weight)
     return out if bias is None else add(out, bias)
@@ -65,7 +65,7 @@ class AddmmBackward0(Node):
         # Measured with x (64, 784) float32, W (512, 784); at (4, 8) and (6, 8), wrappers only: 7.6 -> 4.0 us
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 636 -> 617 us)
             xd, wd = self.saved_arrays()
-            gd, dev = g.data, g.device
+            gd, dev = g._data, g.device
             gx = _wrap(gd @ wd, dev) if ex[0] is not None else None
             gw = _wrap(gd.T @ xd, dev) if ew[0] is not None else None
             if len(self.next_edges) == 2:
@@ -86,9 +86,9 @@ class MmBackward0(AddmmBackward0):
 
 
 def _linear_2d(x: Tensor, weight: Tensor, bias: "Tensor | None") -> Tensor:
-    data = x.data @ weight.data.T
+    data = x._data @ weight._data.T
     if bias is not None:
-        data += bias.data  # the product is a fresh array: add the bias in place
+        data += bias._data  # the product is a fresh array: add the bias in place
     out = _wrap(data, x.device)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     if tls.grad_enabled and (x._rg or weight._rg or (bias is not None and bias._rg)):
@@ -131,7 +131,7 @@ def _im2col(x: Tensor, geom: tuple) -> Tensor:
     """``(N, C, H, W)`` -> ``(N, C*kh*kw, OH*OW)`` patch columns (a strided view, then one copy)."""
     n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
     xp = x.device.xp
-    data = x.data
+    data = x._data
     if ph or pw:
         data = xp.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     s0, s1, s2, s3 = data.strides
@@ -149,7 +149,7 @@ def _col2im(g: Tensor, geom: tuple) -> Tensor:
     """The adjoint of :func:`_im2col`: patch columns summed back into an image."""
     n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
     xp = g.device.xp
-    cols = g.data.reshape(n, c, kh, kw, oh, ow)
+    cols = g._data.reshape(n, c, kh, kw, oh, ow)
     img = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
     for i in range(kh):  # kh*kw strided adds: each kernel offset covers the image once
         for j in range(kw):
@@ -247,14 +247,14 @@ def cross_entropy(logits: Tensor, target: Any, reduction: str = "mean", ignore_i
     xp = target.device.xp
     n_classes = logits.shape[cdim]
     # One read of the device for both checks (a fused reduction on a GPU): Note [Fused kernels]
-    code = target.device.kernels.class_index_check(target.data, ignore_index, n_classes)
+    code = target.device.kernels.class_index_check(target._data, ignore_index, n_classes)
     if code & 2:
         raise IndexError(f"cross_entropy: target holds class indices outside [0, {n_classes - 1}]")
     if (code == 0 and logits.ndim == 2 and reduction in ("mean", "sum") and logits.device.kernels.fused
-            and logits.data.dtype.name in ("float32", "float64")):
-        return _cross_entropy_fused(logits, target.data, reduction)
-    valid = target.data != ignore_index if code & 1 else None
-    td = target.data if valid is None else xp.where(valid, target.data, 0)
+            and logits._data.dtype.name in ("float32", "float64")):
+        return _cross_entropy_fused(logits, target._data, reduction)
+    valid = target._data != ignore_index if code & 1 else None
+    td = target._data if valid is None else xp.where(valid, target._data, 0)
     idx = _wrap(td[..., None] if cdim == 0 else xp.expand_dims(td, cdim), target.device)
     picked = squeeze(gather(log_softmax(logits, cdim), cdim, idx), cdim)
     loss = neg(picked)
@@ -286,11 +286,11 @@ class CrossEntropyBackward0(Node):
         dev = g.device
         if not tls.grad_enabled:
             self.saved_arrays()  # the version check of the saved logits
-            return (_wrap(dev.kernels.cross_entropy_grad(g.data, self.lsm, self.target, self.mean), dev),)
+            return (_wrap(dev.kernels.cross_entropy_grad(g._data, self.lsm, self.target, self.mean), dev),)
         (x,) = self.saved_tensors()
         xp = dev.xp
         n, c = x.shape
-        onehot = xp.zeros((n, c), dtype=x.data.dtype)
+        onehot = xp.zeros((n, c), dtype=x._data.dtype)
         onehot[xp.arange(n), self.target] = 1
         scale = div(g, n) if self.mean else g
         return (mul(sub(softmax(x, 1), const(onehot, x)), scale),)
@@ -299,7 +299,7 @@ class CrossEntropyBackward0(Node):
 def _cross_entropy_fused(logits: Tensor, td: Any, reduction: str) -> Tensor:
     # log_softmax as the op computes it, then the loss in one kernel and one reduction.
     xp = logits.device.xp
-    s = _shifted(logits.data, 1, xp)
+    s = _shifted(logits._data, 1, xp)
     lsm = s - xp.log(xp.exp(s).sum(axis=1, keepdims=True))
     mean = reduction == "mean"
     out = _wrap(logits.device.kernels.nll(lsm, td, mean), logits.device)
@@ -340,7 +340,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     if tensor.dtype != "int64":
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     xp = tensor.device.xp
-    data = tensor.data
+    data = tensor._data
     if num_classes == -1:
         if data.size == 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")

@@ -21,7 +21,7 @@ class SumBackward0(Node):
 
     def _expanded(self, g: Tensor) -> Any:
         """g's array as the ops below make it: reshaped to keepdim's shape, broadcast to the input's."""
-        gd = g.data
+        gd = g._data
         if gd.shape == self.in_shape:
             return gd
         if gd.size == 1:  # a full sum: no reshape needed before broadcasting
@@ -53,7 +53,7 @@ def sum(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, 
     if axis is not None or keepdims is not None:
         dim, keepdim = dim_alias(dim, axis, "sum"), keepdim if keepdims is None else keepdims
     dims = normalize_dims(dim, x.ndim, "sum")
-    data = x.data.sum(axis=dims, keepdims=keepdim)
+    data = x._data.sum(axis=dims, keepdims=keepdim)
     out = _wrap(x.device.xp.asarray(data, dtype=x.dtype) if x.dtype.kind in "fc" else x.device.xp.asarray(data), x.device)
     if tls.grad_enabled and x._rg:
         node = SumBackward0() if dim is None else SumBackward1()
@@ -91,7 +91,7 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,
     for d in dims:
         n *= x.shape[d]
     with numpy.errstate(invalid="ignore", divide="ignore"):  # host-side flags: empty slices -> nan
-        data = x.data.sum(axis=dims, keepdims=keepdim) / (n if n else float("nan"))
+        data = x._data.sum(axis=dims, keepdims=keepdim) / (n if n else float("nan"))
     out = _wrap(x.device.xp.asarray(data, dtype=x.dtype), x.device)
     if tls.grad_enabled and x._rg:
         node = MeanBackward0() if dim is None else MeanBackward1()
@@ -116,7 +116,7 @@ class MaxBackward1(Node):
         x, out = self.saved_tensors()
         xp = g.device.xp
         # A NaN maximum came from the NaNs: they share the gradient (torch's evenly_distribute_backward)
-        hit = (xp.isnan(x.data) if bool(xp.isnan(out.data)) else x.data == out.data).astype(g.dtype)
+        hit = (xp.isnan(x._data) if bool(xp.isnan(out._data)) else x._data == out._data).astype(g.dtype)
         share = hit / _builtins.max(float(hit.sum()), 1.0)
         return (mul(expand(g, x.shape), const(share, g)),)
 
@@ -147,10 +147,10 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
     check_tensor(x, name)
     xp = x.device.xp
     if dim is None:
-        if x.data.size == 0:
+        if x._data.size == 0:
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
                                "Specify the reduction dim with the 'dim' argument.")
-        out = _wrap(xp.asarray(getattr(xp, name)(x.data)), x.device)
+        out = _wrap(xp.asarray(getattr(xp, name)(x._data)), x.device)
         if tls.grad_enabled and x._rg:
             record((MaxBackward1 if name == "max" else MinBackward1)(), (x,), out, (x, out))
         return out
@@ -163,9 +163,9 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
         raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size (input shape {list(x.shape)})")
     from .index import along_dim_index
 
-    idx = xp.expand_dims(getattr(xp, "arg" + name)(x.data, axis=d), d)
+    idx = xp.expand_dims(getattr(xp, "arg" + name)(x._data, axis=d), d)
     tup = along_dim_index(idx, d, xp)
-    values = x.data[tup]
+    values = x._data[tup]
     if not keepdim:
         values, idx = values.squeeze(d), idx.squeeze(d)
     out = _wrap(xp.asarray(values), x.device)
@@ -240,16 +240,16 @@ def logsumexp(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = 
     if dim is None:
         raise TypeError("logsumexp() missing 1 required positional argument: 'dim'")
     if x.dtype.kind not in "fc":
-        x = _wrap(x.data.astype("float32"), x.device)  # torch promotes integers (which never require grad)
+        x = _wrap(x._data.astype("float32"), x.device)  # torch promotes integers (which never require grad)
     dims = normalize_dims(dim, x.ndim, "logsumexp")
     xp = x.device.xp
-    if x.data.size:
-        m = xp.max(x.data, axis=dims, keepdims=True)
+    if x._data.size:
+        m = xp.max(x._data, axis=dims, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)  # all -inf (or inf) slices: shift by 0
     else:
         m = xp.zeros(keepdim_shape(x.shape, dims), dtype=x.dtype)
     with numpy.errstate(divide="ignore"):  # all -inf slices: log(0) = -inf, as in torch (host-side flag only)
-        res = xp.log(xp.exp(x.data - m).sum(axis=dims, keepdims=True)) + m
+        res = xp.log(xp.exp(x._data - m).sum(axis=dims, keepdims=True)) + m
     if not keepdim:
         res = res.reshape(tuple(s for i, s in enumerate(x.shape) if i not in dims))
     out = _wrap(res.astype(x.dtype, copy=False), x.device)
@@ -269,9 +269,9 @@ def _arg_extreme(x: Tensor, dim: Any, keepdim: bool, axis: Any, keepdims: Any, n
     xp = x.device.xp
     fn = getattr(xp, name)
     if dim is None:
-        if x.data.size == 0:
+        if x._data.size == 0:
             raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
-        idx = xp.asarray(fn(x.data.reshape(-1)))
+        idx = xp.asarray(fn(x._data.reshape(-1)))
         if keepdim:
             idx = idx.reshape((1,) * x.ndim)
     else:
@@ -281,7 +281,7 @@ def _arg_extreme(x: Tensor, dim: Any, keepdim: bool, axis: Any, keepdims: Any, n
         else:
             if x.shape[d] == 0:
                 raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-            idx = fn(x.data, axis=d, keepdims=keepdim)
+            idx = fn(x._data, axis=d, keepdims=keepdim)
     return _wrap(xp.asarray(idx).astype("int64", copy=False), x.device)
 
 

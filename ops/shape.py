@@ -21,7 +21,7 @@ from ._core import (Node, broadcast_array, cast, check_tensor, device_error, dim
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
     out = _wrap(data, x.device)
-    base, xd = data.base, x.data
+    base, xd = data.base, x._data
     # A view of x's memory (numpy names the owning array as the base; a reshape that had to
     # copy has a base of its own, and is no view)
     if base is not None and (base is xd or base is xd.base):
@@ -40,7 +40,7 @@ class ViewBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.28 -> 0.62 us)
-            return (_wrap(g.data.reshape(self.in_shape), g.device),)
+            return (_wrap(g._data.reshape(self.in_shape), g.device),)
         return (reshape(g, self.in_shape),)
 
 
@@ -70,9 +70,9 @@ def reshape(x: Tensor, shape: Any) -> Tensor:
 
 def _reshape(x: Tensor, shape: tuple, node_cls: type) -> Tensor:
     try:
-        data = x.data.reshape(shape)
+        data = x._data.reshape(shape)
     except ValueError:
-        raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x.data.size} (shape {list(x.shape)})") from None
+        raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x._data.size} (shape {list(x.shape)})") from None
     out = _view_out(data, x)
     if tls.grad_enabled and x._rg:
         node = node_cls()
@@ -87,7 +87,7 @@ class TransposeBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 1.88 -> 0.97 us)
-            gd = g.data
+            gd = g._data
             return (_wrap(g.device.xp.swapaxes(gd, *self.dims) if gd.ndim > 1 else gd, g.device),)
         return (transpose(g, *self.dims),)
 
@@ -97,7 +97,7 @@ def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """Swap two dims."""
     check_tensor(x, "transpose")
     d0, d1 = normalize_dim(dim0, x.ndim, "transpose"), normalize_dim(dim1, x.ndim, "transpose")
-    out = _view_out(x.device.xp.swapaxes(x.data, d0, d1) if x.ndim > 1 else x.data, x)
+    out = _view_out(x.device.xp.swapaxes(x._data, d0, d1) if x.ndim > 1 else x._data, x)
     if tls.grad_enabled and x._rg:
         node = TransposeBackward0()
         mark_view_node(node, x)
@@ -111,7 +111,7 @@ class PermuteBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 2.43 -> 0.87 us)
-            return (_wrap(g.device.xp.transpose(g.data, self.inverse), g.device),)
+            return (_wrap(g.device.xp.transpose(g._data, self.inverse), g.device),)
         return (permute(g, self.inverse),)
 
 
@@ -122,7 +122,7 @@ def permute(x: Tensor, dims: Any) -> Tensor:
     dims = tuple(normalize_dim(d, x.ndim, "permute") for d in dims)
     if sorted(dims) != list(range(x.ndim)):
         raise RuntimeError(f"permute: dims {list(dims)} are not a permutation of the {x.ndim} dims of a tensor of shape {list(x.shape)}")
-    out = _view_out(x.device.xp.transpose(x.data, dims), x)
+    out = _view_out(x.device.xp.transpose(x._data, dims), x)
     if tls.grad_enabled and x._rg:
         node = PermuteBackward0()
         mark_view_node(node, x)
@@ -136,7 +136,7 @@ class ExpandBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (1, 16) -> (8, 16): 7.97 -> 2.44 us)
-            gd = g.data
+            gd = g._data
             return (g if gd.shape == self.in_shape else _wrap(sum_to_array(gd, self.in_shape), g.device),)
         from ._core import sum_to
 
@@ -153,9 +153,9 @@ def expand(x: Tensor, shape: Any) -> Tensor:
         raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be >= the number of dims ({x.ndim})")
     shape = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
     if shape == x.shape:
-        return x if not (tls.grad_enabled and x._rg) else _expand_record(x, x.data, shape)
+        return x if not (tls.grad_enabled and x._rg) else _expand_record(x, x._data, shape)
     try:
-        data = broadcast_array(x.data, shape, x.device.xp)
+        data = broadcast_array(x._data, shape, x.device.xp)
     except ValueError:
         raise RuntimeError(f"expand: the shape {list(x.shape)} cannot be expanded to {list(shape)}") from None
     return _expand_record(x, data, shape)
@@ -253,7 +253,7 @@ def cat(tensors: Any, dim: int = 0, *, axis: Any = None) -> Tensor:
     d = normalize_dim(dim, ts[0].ndim, "cat")
     dt = _common_dtype(ts)
     try:
-        data = ts[0].device.xp.concatenate([cast(t.data, dt) for t in ts], axis=d)
+        data = ts[0].device.xp.concatenate([cast(t._data, dt) for t in ts], axis=d)
     except ValueError:
         raise RuntimeError(f"cat: sizes of tensors must match except in dimension {d}; got shapes "
                            f"{[list(t.shape) for t in ts]}") from None
@@ -289,7 +289,7 @@ def stack(tensors: Any, dim: int = 0, *, axis: Any = None) -> Tensor:
         if t.shape != ts[0].shape:
             raise RuntimeError(f"stack: expects each tensor to be equal size, but got {list(ts[0].shape)} and {list(t.shape)}")
     dt = _common_dtype(ts)
-    out = _wrap(ts[0].device.xp.stack([cast(t.data, dt) for t in ts], axis=d), ts[0].device)
+    out = _wrap(ts[0].device.xp.stack([cast(t._data, dt) for t in ts], axis=d), ts[0].device)
     if tls.grad_enabled and any(t._rg for t in ts):
         node = StackBackward0()
         node.dim, node.dtypes = d, tuple(t.dtype for t in ts)
@@ -338,7 +338,7 @@ def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
     start = 0
     lead = (slice(None),) * d
     for s in sizes:
-        outs.append(_view_out(x.data[lead + (slice(start, start + s),)], x))
+        outs.append(_view_out(x._data[lead + (slice(start, start + s),)], x))
         start += s
     if tls.grad_enabled and x._rg:
         node = SplitBackward0()

@@ -32,14 +32,14 @@ class SqrtBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         (out,) = self.saved_tensors()
         xp = out.device.xp
-        zero = out.data == 0
+        zero = out._data == 0
         # The denominator is 1 where the result is 0, so no inf appears even in double backward.
         denom = const(xp.where(zero, 2.0, 0.0).astype(out.dtype), out)
         return (where(const(zero, out), const(xp.zeros((), dtype=g.dtype), g), div(g, mul(out, 2) + denom)),)
 
 
 def _masked_sqrt(x: Tensor) -> Tensor:
-    return unary_result(x, x.device.xp.sqrt(x.data), SqrtBackward0, OUTPUT)
+    return unary_result(x, x.device.xp.sqrt(x._data), SqrtBackward0, OUTPUT)
 
 
 def _reduction_args(name: str, dim: Any, keepdim: bool, axis: Any, keepdims: Any) -> tuple:
@@ -130,7 +130,7 @@ def norm(x: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtyp
             a = pick(a, d, keepdim=True).values
         return a if keepdim else _squeeze_dims(a, dims)
     if p == 0:
-        return _sum(const((x.data != 0).astype(x.dtype), x), red, keepdim=keepdim)
+        return _sum(const((x._data != 0).astype(x.dtype), x), red, keepdim=keepdim)
     return _pow(_sum(_pow(a, p), red, keepdim=keepdim), 1.0 / p)
 
 

@@ -9,13 +9,13 @@ Note [Stale views]
 A view's grad_fn describes its values as "these elements of its base's history". A
 recorded in-place op on the base (on it or through another view) gives the base a new
 history, and a view made before then still points at the old one: it is *stale*
-(``versions.is_stale``). torch regenerates a stale view's grad_fn whenever it is read;
-here ``grad_fn`` is a plain slot (the hot paths read it), so every place that reads a
-view's autograd state refreshes it first through :func:`refresh` (bound as
+(``versions.is_stale``). torch regenerates a stale view's grad_fn whenever it is read.
+Here the engine reads the plain slot ``_grad_fn`` (the hot paths read it), so every place that
+reads a view's autograd state refreshes it first through :func:`refresh` (bound as
 ``engine._state.refresh_view``): ops using it (``check_tensor``, ``binary_operands``), its
-``requires_grad`` and ``is_leaf``, ``register_hook``, ``retain_grad()``, ``backward()`` from
-it and its gradient edge in ``backward``/``grad`` (engine/tensor.py), and a custom
-Function's apply. Reading ``t.grad_fn`` itself does not: read ``t.requires_grad`` first.
+``grad_fn``, ``requires_grad`` and ``is_leaf`` properties, ``register_hook``,
+``retain_grad()``, ``backward()`` from it and its gradient edge in ``backward``/``grad``
+(engine/tensor.py), and a custom Function's apply.
 
 As in torch, the regenerated history is AsStridedBackward0 over the base's current graph,
 read at the view's positions (:func:`view_index`): "its elements of the base as the base is
@@ -70,7 +70,7 @@ def view_offset(view: Tensor, base: Tensor) -> int | None:
     """``view``'s first element's offset in ``base``'s memory, in elements; None when the
     layout cannot be read (the base's array has gaps, or the view is not aligned on its
     elements). Cheap: no array is built."""
-    r, v = base.data, view.data
+    r, v = base._data, view._data
     if not (r.flags.c_contiguous or r.flags.f_contiguous):
         return None
     size = r.itemsize
@@ -87,7 +87,7 @@ def view_index(view: Tensor, base: Tensor) -> Any:
     start = view_offset(view, base)
     if start is None:
         return None
-    r, v = base.data, view.data
+    r, v = base._data, view._data
     size = r.itemsize
     # Each element's C-order position, laid out in memory as the base's elements are: the
     # view's offset and strides then pick its elements' positions.
@@ -104,7 +104,7 @@ def regenerate(t: Tensor) -> bool:
     (Note [Stale views])."""
     base = t._base
     gen = base._ext.generation if base._ext is not None else 0
-    if base.grad_fn is None:
+    if base._grad_fn is None:
         return True  # the base has no graph (never a leaf that requires grad: those refuse recorded in-place ops)
     idx = view_index(t, base)
     if idx is None:
@@ -112,28 +112,28 @@ def regenerate(t: Tensor) -> bool:
     prev = tls.grad_enabled
     tls.grad_enabled = True  # the history is recorded whatever the mode it is asked for in
     try:
-        proxy = _wrap(base.data, base.device)  # stands for the base in the graph (shares no counter)
-        proxy.grad_fn, proxy._output_nr, proxy._rg = base.grad_fn, base._output_nr, base._rg
-        regen = index.take_view(shape.reshape(proxy, (-1,)), idx)
+        proxy = _wrap(base._data, base.device)  # stands for the base in the graph (shares no counter)
+        proxy._grad_fn, proxy._output_nr, proxy._rg = base._grad_fn, base._output_nr, base._rg
+        regen = index.take_view(proxy if proxy._data.ndim else shape.reshape(proxy, (-1,)), idx)
     finally:
         tls.grad_enabled = prev
-    old_fn, old_nr = t.grad_fn, t._output_nr
-    t.grad_fn, t._output_nr, t._rg = regen.grad_fn, 0, regen._rg
+    old_fn, old_nr = t._grad_fn, t._output_nr
+    t._grad_fn, t._output_nr, t._rg = regen._grad_fn, 0, regen._rg
     if t._ext is not None:
         t._ext.no_grad_view = False
     move_retain(t, old_fn, old_nr)
-    if t.grad_fn is not None:
-        t.grad_fn._view_gen = gen
+    if t._grad_fn is not None:
+        t._grad_fn._view_gen = gen
     return True
 
 
 def move_retain(t: Tensor, old_fn: Node | None, old_nr: int) -> None:
     """``t`` has a new grad_fn: its retain_grad() hook (kept on ``old_fn``'s slot ``old_nr``)
     moves along, as torch's update_tensor_hooks_on_new_gradfn; its tensor hooks stay behind."""
-    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t.grad_fn is not None:
+    if t.retains_grad and old_fn is not None and old_fn._hooks is not None and t._grad_fn is not None:
         retain = set_retains_grad(old_fn._hooks, old_nr, None)
         if retain is not None:
-            set_retains_grad(t.grad_fn._hooks_obj(), t._output_nr, retain)
+            set_retains_grad(t._grad_fn._hooks_obj(), t._output_nr, retain)
 
 
 def check_fresh(t: Tensor, name: str) -> None:
@@ -175,8 +175,8 @@ def rebase(base: Tensor, old_base: Tensor, positions: Any, result: Tensor) -> No
 
 def take_history(t: Tensor, result: Tensor) -> None:
     """``t`` takes ``result``'s grad_fn; a retain_grad() moves with it, as in torch."""
-    old_fn, old_nr = t.grad_fn, t._output_nr
-    t.grad_fn, t._output_nr, t._rg = result.grad_fn, result._output_nr, result._rg or t._rg
+    old_fn, old_nr = t._grad_fn, t._output_nr
+    t._grad_fn, t._output_nr, t._rg = result._grad_fn, result._output_nr, result._rg or t._rg
     move_retain(t, old_fn, old_nr)
 
 
@@ -184,7 +184,7 @@ def view_inplace_error(t: Tensor, name: str) -> RuntimeError | None:
     """torch's refusal of an in-place op on a view whose grad_fn may not be rewritten: an
     output of a custom Function that is a view, or one of several views a function returned,
     or a view of either (torch's creation meta passes on to views of views)."""
-    fn = t.grad_fn
+    fn = t._grad_fn
     if fn is None:
         return None
     e = t._ext
@@ -217,16 +217,16 @@ def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
     if err is not None:
         raise err  # torch's check_inplace on a dirty input
     if base is None:
-        if o.grad_fn is None and o._rg:
+        if o._grad_fn is None and o._rg:
             raise RuntimeError(
                 f"{fn_name}: a leaf Variable that requires grad has been used in an in-place operation.")
         return None
-    if base.grad_fn is None and base._rg:
+    if base._grad_fn is None and base._rg:
         raise RuntimeError(
             f"{fn_name}: a view of a leaf Variable that requires grad is being used in an in-place operation. "
             "Pass a clone() of the view instead, or call the Function under engine.no_grad()."
         )
-    idx = None if o.grad_fn is None and base.grad_fn is not None else view_index(o, base)
+    idx = None if o._grad_fn is None and base._grad_fn is not None else view_index(o, base)
     if idx is None and differentiable:
         raise RuntimeError(
             f"{fn_name}: the input marked dirty is a view of another tensor whose change cannot be recorded for "
@@ -240,10 +240,10 @@ def rebase_dirty(node: Node, view: Tensor, base: Tensor, idx: Any) -> None:
     """The base of a dirty view becomes index_put(old base, the view's positions, the Function's
     output), as an in-place op on a view does (Note [In-place ops on views])."""
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
-        s = _wrap(t.data, t.device)  # no copy: reshape and index_put save no values, only edges
-        s.grad_fn, s._output_nr, s._rg = fn, nr, rg
+        s = _wrap(t._data, t.device)  # no copy: reshape and index_put save no values, only edges
+        s._grad_fn, s._output_nr, s._rg = fn, nr, rg
         return s
 
-    old = standin(base, base.grad_fn, base._output_nr, base._rg)
+    old = standin(base, base._grad_fn, base._output_nr, base._rg)
     new = standin(view, node, view._output_nr, True)
     rebase(base, old, idx, new)

@@ -31,7 +31,7 @@ def _state(node, out):
         if e is None:
             return None
         if type(e) is SavedOutput:
-            return ("output", e.data is out.data, e._vc is out._vc, e.output_nr, e.device)
+            return ("output", e._data is out._data, e._vc is out._vc, e.output_nr, e.device)
         if type(e) is SavedHooked:
             return ("hooked", e.packed)
         return ("tensor", id(e))
@@ -196,7 +196,7 @@ def test_result_makers_hold_a_zero_dim_result_as_an_array():
     b = binary_result(x, x, x.data * x.data, MulBackward0, x, x)
     for out in (u, b):
         assert type(out.data) is np.ndarray and out.data.shape == ()
-    assert type(u.grad_fn._saved[0].data) is np.ndarray  # the saved output is the held array
+    assert type(u.grad_fn._saved[0]._data) is np.ndarray  # the saved output is the held array
     (g,) = engine.grad(u + b, x)
     assert np.isclose(g.item(), 1 - np.tanh(0.5) ** 2 + 2 * 0.5)
 

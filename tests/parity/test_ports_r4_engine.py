@@ -681,13 +681,17 @@ def test_nested_checkpoint_no_recomputation_needed():
 
 
 def test_attribute_deletion():
-    """Port of test_autograd.py TestAutograd.test_attribute_deletion (grad and requires_grad;
-    `data` is the array slot here, see docs/parity.md)."""
+    """Port of test_autograd.py TestAutograd.test_attribute_deletion (torch's _grad_fn and
+    _backward_hooks are internals)."""
     x = randn(5, 5, requires_grad=True)
     x.sum().backward()
     assert x.grad is not None
     del x.grad
     assert x.grad is None
+    with pytest.raises(RuntimeError, match="Deleting tensor data is not allowed"):
+        del x.data
+    with pytest.raises(TypeError):
+        x.data = None
     with pytest.raises(RuntimeError):
         del x.requires_grad
     assert x.requires_grad
