@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from concurrent.futures import Future
 from typing import Any, Callable, Sequence, Union
@@ -346,8 +347,20 @@ def backward(tensors: TensorOrTensors, grad_tensors: Any = None, retain_graph: b
         for t in inp:
             t.retain_grad()
     grads = _make_grads(outputs, grad_tensors, create_graph, "grad_tensors")
+    if create_graph:
+        # torch's TORCH_WARN_ONCE (Engine::execute); Python's default filter shows it once per
+        # call site.
+        warnings.warn(CREATE_GRAPH_WARNING, UserWarning, stacklevel=2)
     keep = create_graph if retain_graph is None else bool(retain_graph)
     _result(_run_backward(outputs, grads, keep, create_graph, inp, accumulate=True))
+
+
+CREATE_GRAPH_WARNING = (
+    "Using backward() with create_graph=True will create a reference cycle between the parameter and its gradient "
+    "which can cause a memory leak. We recommend using autograd.grad when creating the graph to avoid this. If you "
+    "have to use this function, make sure to reset the .grad fields of your parameters to None after use to break "
+    "the cycle and avoid the leak."
+)
 
 
 def grad(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: Any = None,

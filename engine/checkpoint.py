@@ -186,13 +186,16 @@ def _describe(meta: tuple) -> str:
 
 
 class _Recompute:
-    """State of one non-reentrant checkpoint: the re-run fills ``storage`` slot by slot.
+    """State of one non-reentrant checkpoint: a re-run fills a storage slot by slot.
     See Note [Checkpoint re-run contract]."""
 
     def __init__(self, fn: Callable, args: tuple, kwargs: dict) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.draws: DrawRecord | None = None  # set by checkpoint() after forward
-        self.storage: dict[int, Tensor] | None = None
+        # GraphTask -> the re-run's tensors not yet handed out. As torch's (keyed by graph task
+        # id): a backward call recomputes once, and what it leaves unused dies with it, so
+        # another call re-runs fn instead of getting activations computed for an earlier one.
+        self.stores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.count = 0
         self.meta: list = []  # (shape, dtype, device) of each slot, as forward saved it
         self.versions: list = []
@@ -250,14 +253,17 @@ class _Recompute:
                         "Otherwise please open an issue with details on your use case."
                     )
                 done.add(idx)
-            if self.storage is None or idx not in self.storage:
-                self._recompute()
-            t = self.storage.pop(idx)  # type: ignore[union-attr]
-            if not self.storage:
-                self.storage = None
+            store = self.stores.get(gt) if gt is not None else None
+            if store is None or idx not in store:
+                store = self._recompute()  # outside a backward call: each access re-runs, as torch
+                if gt is not None:
+                    self.stores[gt] = store
+            t = store.pop(idx)
+            if gt is not None and not store:
+                del self.stores[gt]
             return t
 
-    def _recompute(self) -> None:
+    def _recompute(self) -> dict:
         self._check_versions()
         storage: dict[int, Tensor] = {}
         counter = iter(range(1 << 62))
@@ -301,7 +307,7 @@ class _Recompute:
                     f"recomputed metadata: {_describe(_metadata(storage[i]))}\n" for i in wrong)
                 + f"(checkpoint of {_fn_name(self.fn)})"
             )
-        self.storage = storage
+        return storage
 
 
 _USE_REENTRANT_WARNING = (

@@ -25,6 +25,7 @@ other values may be set as plain attributes.
 from __future__ import annotations
 
 import functools
+import inspect
 import traceback
 import warnings
 from typing import Any, Callable
@@ -152,6 +153,16 @@ class Function:
         cls._node_cls = type(f"{cls.__name__}Backward", (FunctionCtx,), {"__slots__": ()})
         cls._separate_ctx = cls.setup_context is not Function.setup_context
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(f"{self.__class__} should not be instantiated. Methods on autograd functions are all static, "
+                      "so you should invoke them on the class itself. Instantiating an autograd function will raise "
+                      "an error in a future version of PyTorch.", DeprecationWarning, stacklevel=2)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "Legacy autograd function with non-static forward method is deprecated. Please use new-style autograd "
+            "function with static forward method: call F.apply(...) on the class (docs/custom_functions.md).")
+
     @staticmethod
     def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
@@ -176,6 +187,11 @@ class Function:
         ctx._to_save = ()
         ctx._non_diff = ctx._dirty = frozenset()
         ctx._materialize = True
+        if cls._separate_ctx:
+            # As torch: setup_context sees every forward argument, defaults filled in.
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
         for a in args:
             if isinstance(a, Tensor) and a._base is not None:
                 _state.refresh_view(a, f"{cls.__name__}.apply")  # maybe stale: Note [Stale views] in ops/views.py
@@ -199,9 +215,6 @@ class Function:
                 f"{cls.__name__}: Some elements marked as dirty during the forward method were not returned as "
                 "output. The inputs that are modified inplace must all be outputs of the Function."
             )
-        if ctx._dirty and not ctx._dirty <= {id(a) for a in args if isinstance(a, Tensor)}:
-            warnings.warn("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have "
-                          "been mutated should be passed to ctx.mark_dirty().", UserWarning, stacklevel=2)
         if recording:
             _link(ctx, args, outs)
         else:
@@ -224,11 +237,19 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx.sequence_nr = _next_seq()
     ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
     ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
-    # Check every dirty output before changing any history, so a refused call leaves none half-linked.
-    rebase = [(o, dirty_base(ctx._fn_cls.__name__, o, id(o) not in ctx._non_diff and o.dtype.kind in "fc"))
-              for o in outs if isinstance(o, Tensor) and id(o) in ctx._dirty]
     input_ids = {id(a) for a in args if isinstance(a, Tensor)}
+    # Check every dirty output before changing any history, so a refused call leaves none half-linked.
+    rebase = []
+    for o in outs:
+        if isinstance(o, Tensor) and id(o) in ctx._dirty:
+            differentiable = id(o) not in ctx._non_diff and o.dtype.kind in "fc"
+            if differentiable:
+                _check_dirty(o, id(o) in input_ids)
+            rebase.append((o, dirty_base(ctx._fn_cls.__name__, o, differentiable)))
     out_meta = []
+    input_args = [a for a in args if isinstance(a, Tensor)]
+    n_diff = 0
+    view_outputs: list = []
     for i, o in enumerate(outs):
         if not isinstance(o, Tensor):
             out_meta.append(None)
@@ -242,10 +263,19 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         o._grad_fn = ctx
         o._rg = True
         o._output_nr = i
-        if given not in ctx._dirty and any(o._vc is a._vc for a in args if isinstance(a, Tensor)):
-            # A view of an input (or the input returned as-is): an in-place op on it would
-            # override this Function's backward, so it is refused there, as torch refuses it.
-            ctx.custom_view_outputs = ctx.custom_view_outputs + (i,)
+        n_diff += 1
+        if given not in ctx._dirty and (o._base is not None or any(o._vc is a._vc for a in input_args)):
+            # A view (of an input or of a temporary) or an input returned as-is: an in-place op
+            # on it would override this Function's backward, so it is refused there, as torch
+            # refuses it (with the multiple-views message when there are several outputs).
+            view_outputs.append(i)
+    if view_outputs:
+        # torch's CreationMeta: IN_CUSTOM_FUNCTION, or MULTI_OUTPUT_NODE with several
+        # differentiable outputs (custom_function.cpp, _process_backward_mode_ad).
+        if n_diff > 1:
+            ctx.multi_view_outputs = tuple(view_outputs)
+        else:
+            ctx.custom_view_outputs = tuple(view_outputs)
     gens = []
     for o, base in rebase:
         if o._grad_fn is not ctx:
@@ -267,6 +297,19 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx._to_save = ()
     if tls.anomaly:
         ctx.metadata["traceback_"] = traceback.format_stack()[:-2]
+
+
+def _check_dirty(o: Tensor, is_input: bool) -> None:
+    """torch's check on a differentiable output marked dirty that is not an input
+    (custom_function.cpp). torch also refuses a dirty view input when the Function returns
+    several outputs; the index_put rebase records that exactly, so it is allowed here."""
+    is_view = o._base is not None
+    if not is_input:
+        msg = ("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have been "
+               "mutated should be passed to ctx.mark_dirty().")
+        if is_view:
+            raise RuntimeError(msg)  # torch: the view-of-an-intermediate case
+        warnings.warn(msg, UserWarning, stacklevel=4)
 
 
 class _DelayedError(Node):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable, TypeVar
 
 from ._state import tls
@@ -45,6 +46,12 @@ class _GradModeContext:
 
     def __call__(self, fn: F) -> F:
         mode = self._mode
+        if inspect.isclass(fn):
+            # torch's words; as in torch the class is still wrapped (construction runs in the mode).
+            warnings.warn(
+                "Decorating classes is deprecated and will be disabled in future versions. You should only decorate "
+                "functions or methods. To preserve the current behavior of class decoration, you can directly "
+                "decorate the `__init__` method and nothing else.", FutureWarning, stacklevel=2)
         if inspect.isgeneratorfunction(fn):
             return _wrap_generator(fn, mode)  # type: ignore[return-value]
 

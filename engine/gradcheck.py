@@ -51,6 +51,17 @@ def _host(t: Tensor) -> numpy.ndarray:
     return numpy.array(t.device.to_host(t._data), dtype=numpy.float64, copy=True).reshape(-1)
 
 
+def _check_same_meta(base: tuple, out: tuple, out_idx: list, eps: float, e: int) -> None:
+    """torch's _check_outputs_same_dtype_and_shape: perturbing an input must not change the
+    outputs' shapes or dtypes (an AssertionError, as in torch)."""
+    for j in out_idx:
+        a, b = base[j], out[j]
+        assert a.shape == b.shape, (f"Expected `func` to return outputs with the same shape when inputs are perturbed "
+                                    f"on index {e} by {eps}, but got: shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+        assert a.dtype == b.dtype, (f"Expected `func` to return outputs with the same dtype when inputs are perturbed "
+                                    f"on index {e} by {eps}, but got: dtypes {a.dtype} and {b.dtype}.")
+
+
 def _numerical(fn: Callable, inputs: tuple, diff: list, out_idx: list, eps: float) -> list:
     """``jac[k][i]``: d(output out_idx[k]) / d(input diff[i]) as an (n_out, n_in) float64 array."""
     base = _as_outputs(fn(*inputs))
@@ -58,18 +69,18 @@ def _numerical(fn: Callable, inputs: tuple, diff: list, out_idx: list, eps: floa
     jac = [[numpy.zeros((n, inputs[i]._data.size)) for i in diff] for n in sizes]
     for col, i in enumerate(diff):
         x = inputs[i]
-        if not x._data.flags.c_contiguous:
-            raise ValueError(f"gradcheck: input {i} must be contiguous (pass x.clone().detach().requires_grad_())")
-        flat = x._data.reshape(-1)  # a view of a contiguous array: writes reach x._data
-        for e in range(flat.size):
-            orig = flat[e].item()
-            flat[e] = orig + eps
+        for e in range(x._data.size):
+            pos = numpy.unravel_index(e, x.shape)  # any layout: the write reaches x._data
+            orig = x._data[pos].item()
+            x._data[pos] = orig + eps
             plus = _as_outputs(fn(*inputs))
+            _check_same_meta(base, plus, out_idx, eps, e)
             plus = [_host(plus[j]) for j in out_idx]
-            flat[e] = orig - eps
+            x._data[pos] = orig - eps
             minus = _as_outputs(fn(*inputs))
+            _check_same_meta(base, minus, out_idx, eps, e)
             minus = [_host(minus[j]) for j in out_idx]
-            flat[e] = orig
+            x._data[pos] = orig
             for k in range(len(out_idx)):
                 jac[k][col][:, e] = (plus[k] - minus[k]) / (2 * eps)
     return jac
@@ -139,24 +150,43 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-6, atol: floa
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point; "
                           "gradcheck may fail because finite differences are too coarse. Use float64 inputs.",
                           stacklevel=2)
+    for i, t in enumerate(inputs):
+        if isinstance(t, Tensor) and t.requires_grad and any(st == 0 and n > 1 for st, n in zip(t._data.strides, t.shape)):
+            # Raised even with raise_exception=False, as torch: perturbing one element would move several.
+            raise RuntimeError(
+                f"The {i}th input has a dimension with stride 0. gradcheck only supports inputs that are "
+                "non-overlapping to be able to compute the numerical gradients correctly. You should call "
+                ".contiguous on the input before passing it to gradcheck.")
     prev = tls.grad_enabled
     tls.grad_enabled = True
     try:
         outputs = _as_outputs(fn(*inputs))
-        out_idx = _differentiable(outputs)
+        # As torch: only outputs that require grad are checked; with none, every floating
+        # output's numerical gradient must be zero.
+        out_idx = [j for j in _differentiable(outputs) if outputs[j].requires_grad]
+        if not out_idx:
+            numerical = _numerical(fn, inputs, diff, _differentiable(outputs), eps)
+            if any(numpy.any(n != 0) for rows in numerical for n in rows):
+                return _fail("Numerical gradient for function expected to be zero", raise_exception)
+            return True
         analytical = _analytical(outputs, inputs, diff, out_idx)
-        del outputs
         numerical = _numerical(fn, inputs, diff, out_idx, eps)
+        for k, j in enumerate(out_idx):
+            for col in range(len(diff)):
+                a, n = analytical[k][col], numerical[k][col]
+                if not numpy.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
+                    # Shown as torch does: one row per input element, one column per output element.
+                    with numpy.printoptions(precision=6, suppress=True, linewidth=120):
+                        return _fail(f"Jacobian mismatch for output {j} with respect to input {col},\n"
+                                     f"numerical:{n.T}\nanalytical:{a.T}\n", raise_exception)
+        # torch's _test_backward_mul_by_grad_output: zero grad_outputs must give zero gradients.
+        outs = [outputs[j] for j in out_idx]
+        zeros = [_wrap(o.device.xp.zeros(o.shape, dtype=o.dtype), o.device) for o in outs]
+        for g in _grad(outs, [inputs[i] for i in diff], zeros, allow_unused=True):
+            if g is not None and numpy.any(_host(g) != 0):
+                return _fail("backward not multiplied by grad_output", raise_exception)
     finally:
         tls.grad_enabled = prev
-    for k, j in enumerate(out_idx):
-        for col in range(len(diff)):
-            a, n = analytical[k][col], numerical[k][col]
-            if not numpy.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
-                # Shown as torch does: one row per input element, one column per output element.
-                with numpy.printoptions(precision=6, suppress=True, linewidth=120):
-                    return _fail(f"Jacobian mismatch for output {j} with respect to input {col},\n"
-                                 f"numerical:{n.T}\nanalytical:{a.T}\n", raise_exception)
     return True
 
 

@@ -410,6 +410,9 @@ class Node:
     # Outputs of a custom Function that are views of its inputs (set per node by
     # engine/function.py): refused in place under grad mode, as torch (ops/inplace.py).
     custom_view_outputs: tuple = ()
+    # The same for a custom Function with several differentiable outputs: refused with the
+    # multiple-views message, as torch's MULTI_OUTPUT_NODE views.
+    multi_view_outputs: tuple = ()
     apply_is_backward = True  # apply() is Node.apply, so the executor may call backward() itself
     # It runs the user's code (a custom Function's backward; AccumulateGrad: post-accumulate-grad
     # hooks; hooks in _hooks are tested apart), which may wait for other threads:

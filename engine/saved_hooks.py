@@ -32,13 +32,15 @@ class saved_tensors_hooks:
     def __enter__(self) -> "saved_tensors_hooks":
         if tls.saved_hooks_disabled is not None:
             raise RuntimeError(tls.saved_hooks_disabled)
-        self._prev = tls.saved_hooks
         used.saved_hooks = True  # before the thread-local: see Note [Used flags] in _state.py
-        tls.saved_hooks = self._prev + ((self.pack_hook, self.unpack_hook),)
+        tls.saved_hooks = tls.saved_hooks + ((self.pack_hook, self.unpack_hook),)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        tls.saved_hooks = self._prev
+        # Pops the innermost hooks, as torch's stack does: an unbalanced __exit__ (say, from an
+        # unpack hook during backward, where the caller's hooks are installed for the node and
+        # restored after it) cannot re-install hooks that an outer context already removed.
+        tls.saved_hooks = tls.saved_hooks[:-1]
 
 
 class disable_saved_tensors_hooks:

@@ -71,8 +71,8 @@ def deepcopy_tensor(t: Tensor, memo: dict) -> Tensor:
     new = _wrap(t._data.copy(), t.device)
     if t.requires_grad:
         new.requires_grad = True
-    if t.grad is not None:
-        new.grad = deepcopy_tensor(t.grad, memo)  # (a plain copy: nothing here records a graph)
+    if t._grad is not None:
+        new.grad = deepcopy_tensor(t._grad, memo)  # (a plain copy: nothing here records a graph)
     memo[id(t)] = new
     return new
 

@@ -12,6 +12,7 @@ defined once, in ops/ (see ops/_methods.py).
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -28,11 +29,19 @@ from .graph import (AccumulateGrad, HookTable, NodeHooks, RemovableHandle, _add_
 
 _cpu = devices.cpu
 
+NON_LEAF_GRAD_WARNING = (  # torch's words (TensorBase::grad)
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
+    "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
+    "you access the leaf Tensor instead."
+)
+
 
 class _TensorExt:
     """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
 
-    __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "__weakref__")
+    __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "view_meta",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
@@ -43,6 +52,10 @@ class _TensorExt:
         self.generation = 0
         self.view_gen = 0
         self.no_grad_view = False  # See Note [No-grad views] in versions.py
+        # A view of a view that may not be written in place, and why: "multi" (of one of several
+        # views a function returned) or "custom" (of a view a custom Function returned), as
+        # torch's creation meta passes to views of views. Set by versions.make_view.
+        self.view_meta: str | None = None
 
 
 def to_device(spec: Any) -> Device:
@@ -104,6 +117,10 @@ class Tensor:
     def data(self) -> Any:
         """The array itself (``numpy.ndarray``, or ``cupy.ndarray`` on cuda): no copy, no history."""
         return self._data
+
+    @data.deleter
+    def data(self) -> None:
+        raise RuntimeError("Deleting tensor data is not allowed. Delete tensor instead!")  # torch's words
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -189,6 +206,10 @@ class Tensor:
         if self._ext is not None:
             self._ext.no_grad_view = False  # now a leaf of its own: See Note [No-grad views] in versions.py
 
+    @requires_grad.deleter
+    def requires_grad(self) -> None:
+        raise RuntimeError("requires_grad must be a bool")  # torch's words: it cannot be deleted
+
     def requires_grad_(self, flag: bool = True) -> "Tensor":
         self.requires_grad = flag
         return self
@@ -214,13 +235,16 @@ class Tensor:
 
     @property
     def grad(self) -> "Tensor | None":
-        return self._grad
+        g = self._grad
+        if g is None and self._grad_fn is not None and not self.retains_grad:
+            warnings.warn(NON_LEAF_GRAD_WARNING, UserWarning, stacklevel=2)
+        return g
 
     @grad.setter
     def grad(self, value: "Tensor | None") -> None:
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(value).__name__}")
             if value is self:
                 raise RuntimeError("can't assign Variable as its own grad")
             if value.shape != self.shape:
@@ -231,6 +255,10 @@ class Tensor:
                 raise RuntimeError(f"assigned grad has dtype {value.dtype}, but the tensor has dtype {self.dtype}: "
                                    "a gradient must match its tensor's dtype, as in torch (convert it with .to())")
         self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None  # as torch: `del t.grad` clears it
 
     @property
     def retains_grad(self) -> bool:

@@ -120,6 +120,24 @@ def make_view(out: "Tensor", x: "Tensor") -> None:
     if x._rg and not tls.grad_enabled:
         out._rg = True
         out._ext_obj().no_grad_view = True
+    meta = _view_meta(x)
+    if meta is not None:
+        out._ext_obj().view_meta = meta
+
+
+def _view_meta(x: "Tensor") -> str | None:
+    """Why a view of ``x`` may not be written in place (see _TensorExt.view_meta), or None."""
+    e = x._ext
+    if e is not None and e.view_meta is not None:
+        return e.view_meta
+    fn = x._grad_fn
+    if fn is None:
+        return None
+    if fn.returns_multiple_views or x._output_nr in fn.multi_view_outputs:
+        return "multi"
+    if x._output_nr in fn.custom_view_outputs:
+        return "custom"
+    return None
 
 
 def mark_view_node(node: object, x: "Tensor") -> None:

@@ -37,7 +37,7 @@ from ..engine.tensor import Tensor, _wrap
 from . import device, elementwise, index, shape
 from ..engine.versions import next_generation
 from ._core import BOOL, CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
-from .views import rebase, regenerate, take_history, view_index, view_offset
+from .views import rebase, regenerate, take_history, view_index, view_inplace_error, view_offset
 
 LEAF_MESSAGE = "a leaf Variable that requires grad is being used in an in-place operation."
 NO_GRAD_VIEW_MESSAGE = (  # torch's words, for a view of a leaf made under no_grad (Note [No-grad views])
@@ -84,20 +84,9 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
     if root is None and self._grad_fn is None and self._rg:
         raise RuntimeError(LEAF_MESSAGE)
     fn = self._grad_fn
-    if fn is not None and self._output_nr in fn.custom_view_outputs:
-        raise RuntimeError(
-            f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
-            "was created inside a custom Function (or because an input was returned as-is) and the autograd "
-            "logic to handle view+inplace would override the custom backward associated with the custom "
-            "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
-            "the output of the custom Function."
-        )
-    if fn is not None and fn.returns_multiple_views:  # (its base may be gone: still a view)
-        raise RuntimeError(
-            f"{name}: Output {self._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
-            "is the output of a function that returns multiple views. Such functions do not allow the output "
-            "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
-        )
+    err = view_inplace_error(self, name)  # (its base may be gone: still a view)
+    if err is not None:
+        raise err
     regenerated = False
     if root is not None:
         no_grad_view = fn is None and self._ext is not None and self._ext.no_grad_view
@@ -106,6 +95,12 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         if root._grad_fn is None and root._rg:
             if no_grad_view:
                 raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
+            raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+        if root._grad_fn is None and self._rg and not no_grad_view:
+            # A view of a view that was made a leaf of its own (y = x.view(2); y.requires_grad_();
+            # z = y.view(2)): z's base is x, outside the graph, but writing to z writes y. torch's
+            # check_inplace refuses a view that requires grad over a leaf base, whatever the base.
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
         if fn is None and root._grad_fn is not None:

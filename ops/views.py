@@ -180,6 +180,32 @@ def take_history(t: Tensor, result: Tensor) -> None:
     move_retain(t, old_fn, old_nr)
 
 
+def view_inplace_error(t: Tensor, name: str) -> RuntimeError | None:
+    """torch's refusal of an in-place op on a view whose grad_fn may not be rewritten: an
+    output of a custom Function that is a view, or one of several views a function returned,
+    or a view of either (torch's creation meta passes on to views of views)."""
+    fn = t._grad_fn
+    if fn is None:
+        return None
+    e = t._ext
+    meta = e.view_meta if e is not None else None
+    if meta == "custom" or t._output_nr in fn.custom_view_outputs:
+        return RuntimeError(
+            f"{name}: Output {t._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
+            "was created inside a custom Function (or because an input was returned as-is) and the autograd "
+            "logic to handle view+inplace would override the custom backward associated with the custom "
+            "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
+            "the output of the custom Function."
+        )
+    if meta == "multi" or fn.returns_multiple_views or t._output_nr in fn.multi_view_outputs:
+        return RuntimeError(
+            f"{name}: Output {t._output_nr} of {fn.name()} is a view and is being modified inplace. This view "
+            "is the output of a function that returns multiple views. Such functions do not allow the output "
+            "views to be modified inplace. You should replace the inplace operation by an out-of-place one."
+        )
+    return None
+
+
 # --- custom Functions' mark_dirty (engine/function.py) -----------------------------------
 
 def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
@@ -187,6 +213,9 @@ def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
     rebase the base with; None for one that is not. Raises where torch refuses, or where the
     change cannot be recorded (Note [In-place ops on views])."""
     base = o._base
+    err = view_inplace_error(o, fn_name) if differentiable else None
+    if err is not None:
+        raise err  # torch's check_inplace on a dirty input
     if base is None:
         if o._grad_fn is None and o._rg:
             raise RuntimeError(
