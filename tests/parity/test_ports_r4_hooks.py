@@ -19,59 +19,6 @@ from parity_util import arr, assert_equal, ones, rand, randn, t
 from threadgrad import engine, ops
 
 
-def _run_reentrant_with_callbacks(install_callbacks_in_depths):
-    counter = {"inner": 0, "outer": 0}
-
-    def inc_inner_counter():
-        counter["inner"] += 1
-
-    def inc_outer_counter():
-        counter["outer"] += 1
-
-    class MyFunc(engine.Function):
-        @staticmethod
-        def forward(ctx, inp):
-            return inp
-
-        @staticmethod
-        @engine.once_differentiable
-        def backward(ctx, inp):
-            if 1 in install_callbacks_in_depths:
-                engine.queue_callback(inc_inner_counter)
-            return inp
-
-    class MyReentrantFunc(engine.Function):
-        @staticmethod
-        def forward(ctx, inp):
-            return inp
-
-        @staticmethod
-        @engine.once_differentiable
-        def backward(ctx, inp):
-            if 0 in install_callbacks_in_depths:
-                engine.queue_callback(inc_outer_counter)
-            tmp_inp = inp.detach().requires_grad_()
-            with engine.enable_grad():
-                tmp_out = MyFunc.apply(tmp_inp).sum()
-            tmp_out.backward()
-            return inp
-
-    t1 = rand(3, 3, requires_grad=True)
-    t3 = MyReentrantFunc.apply(t1).sum()
-    engine.backward([t3])
-    return counter
-
-
-def test_reentrant_with_callbacks_depth_1():
-    """Port of test_autograd.py TestAutograd.test_reentrant_with_callbacks_depth_1."""
-    assert _run_reentrant_with_callbacks([1]) == {"inner": 1, "outer": 0}
-
-
-def test_reentrant_with_callbacks_both_depths():
-    """Port of test_autograd.py TestAutograd.test_reentrant_with_callbacks_both_depths."""
-    assert _run_reentrant_with_callbacks([0, 1]) == {"inner": 1, "outer": 1}
-
-
 def test_reentrant_callback_runs_before_inner_backward_returns():
     """From test_autograd.py TestAutograd._test_reentrant_with_callbacks: the inner callback
     belongs to the reentrant call, so it has run when that call's backward() returns."""
