@@ -318,16 +318,15 @@ def test_multi_grad_hook_all_with_concurrent_calls_on_a_device():
     assert a.grad.tolist() == [60.0, 80.0] and b.grad.tolist() == [20.0, 40.0]
 
 
-def test_set_cpu_workers_returns_the_previous_value_and_refuses_bad_counts():
+def test_set_cpu_workers_returns_the_previous_value_and_refuses_bad_counts(workers):
+    # the workers fixture starts the test at n = 0 and puts back the suite's n afterwards
+    # (THREADGRAD_TEST_CPU_WORKERS): resetting to 0 here ran the rest of that suite serially
     import threadgrad as tg
     assert tg.autograd.set_cpu_workers(0) == 0 and engine.set_cpu_workers(0) == 0
-    try:
-        assert tg.autograd.set_cpu_workers(2) == 0
-        assert engine.set_cpu_workers(1) == 2
-        assert engine.get_engine().cpu_workers == 1
-        for bad in (-1, True, 1.0, "2"):
-            with pytest.raises(ValueError, match="n must be an int >= 0"):
-                engine.set_cpu_workers(bad)
-        assert engine.get_engine().cpu_workers == 1  # a refused call changes nothing
-    finally:
-        engine.set_cpu_workers(0)
+    assert tg.autograd.set_cpu_workers(2) == 0
+    assert engine.set_cpu_workers(1) == 2
+    assert engine.get_engine().cpu_workers == 1
+    for bad in (-1, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="n must be an int >= 0"):
+            engine.set_cpu_workers(bad)
+    assert engine.get_engine().cpu_workers == 1  # a refused call changes nothing
