@@ -188,8 +188,12 @@ class Function:
         ctx._non_diff = ctx._dirty = frozenset()
         ctx._materialize = True
         if cls._separate_ctx:
-            # As torch: setup_context sees every forward argument, defaults filled in.
-            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            # As torch: setup_context sees every forward argument, defaults filled in. The
+            # signature is read once per class (inspect.signature costs tens of µs).
+            sig = cls.__dict__.get("_forward_sig")
+            if sig is None:
+                sig = cls._forward_sig = inspect.signature(cls.forward)
+            bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             args, kwargs = bound.args, bound.kwargs
         for a in args:
@@ -237,7 +241,8 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     ctx.sequence_nr = _next_seq()
     ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
     ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
-    input_ids = {id(a) for a in args if isinstance(a, Tensor)}
+    input_args = [a for a in args if isinstance(a, Tensor)]
+    input_ids = {id(a) for a in input_args}
     # Check every dirty output before changing any history, so a refused call leaves none half-linked.
     rebase = []
     for o in outs:
@@ -247,7 +252,6 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
                 _check_dirty(o, id(o) in input_ids)
             rebase.append((o, dirty_base(ctx._fn_cls.__name__, o, differentiable)))
     out_meta = []
-    input_args = [a for a in args if isinstance(a, Tensor)]
     n_diff = 0
     view_outputs: list = []
     for i, o in enumerate(outs):

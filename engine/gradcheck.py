@@ -163,9 +163,10 @@ def gradcheck(fn: Callable[..., Any], inputs: Any, eps: float = 1e-6, atol: floa
         outputs = _as_outputs(fn(*inputs))
         # As torch: only outputs that require grad are checked; with none, every floating
         # output's numerical gradient must be zero.
-        out_idx = [j for j in _differentiable(outputs) if outputs[j].requires_grad]
+        floating = _differentiable(outputs)
+        out_idx = [j for j in floating if outputs[j].requires_grad]
         if not out_idx:
-            numerical = _numerical(fn, inputs, diff, _differentiable(outputs), eps)
+            numerical = _numerical(fn, inputs, diff, floating, eps)
             if any(numpy.any(n != 0) for rows in numerical for n in rows):
                 return _fail("Numerical gradient for function expected to be zero", raise_exception)
             return True

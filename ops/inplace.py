@@ -92,15 +92,13 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         no_grad_view = fn is None and self._ext is not None and self._ext.no_grad_view
         if fn is None and self._rg and not no_grad_view:
             raise RuntimeError(LEAF_MESSAGE)  # a view that was made a leaf of its own (requires_grad_())
-        if root._grad_fn is None and root._rg:
-            if no_grad_view:
+        # A view of a leaf that requires grad; or a view that requires grad over a base outside
+        # the graph: a view of a view made a leaf of its own (y = x.view(2); y.requires_grad_();
+        # z = y.view(2)) has x as its base, but writing to z writes y. torch's check_inplace
+        # refuses both, whatever the base.
+        if root._grad_fn is None and (root._rg or (self._rg and not no_grad_view)):
+            if root._rg and no_grad_view:
                 raise RuntimeError(NO_GRAD_VIEW_MESSAGE)
-            raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
-                               "operation.")
-        if root._grad_fn is None and self._rg and not no_grad_view:
-            # A view of a view that was made a leaf of its own (y = x.view(2); y.requires_grad_();
-            # z = y.view(2)): z's base is x, outside the graph, but writing to z writes y. torch's
-            # check_inplace refuses a view that requires grad over a leaf base, whatever the base.
             raise RuntimeError(f"{name}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
         if fn is None and root._grad_fn is not None:
