@@ -200,3 +200,66 @@ def test_fused_cross_entropy_equals_cpu_first_and_second_order(reduction, dtype)
     (h,) = engine.grad((g * engine.tensor(w.astype(dtype), device=CUDA)).sum(), x)
     (hc,) = engine.grad((gc * engine.tensor(w.astype(dtype))).sum(), xc)
     close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)
+
+
+def _many(seed, dtype):
+    """40 parameters and gradients for the multi-tensor launches (Note [Multi-tensor updates]):
+    one bigger than a launch's blocks cover in one pass (the grid-stride loop), an empty one,
+    and more than one launch holds."""
+    shapes = [(600_001,), (0, 3)] + [(i % 5 + 1, 7) for i in range(38)]
+    return ([rand(seed + i, s, dtype) for i, s in enumerate(shapes)],
+            [rand(seed + 100 + i, s, dtype) for i, s in enumerate(shapes)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [dict(weight_decay=0.1, maximize=True), dict(momentum=0.9, dampening=0.3, weight_decay=0.01),
+                                dict(momentum=0.8, nesterov=True)])
+def test_multi_tensor_sgd_equals_the_single_tensor_kernels(kw, dtype):
+    p1, grads = _many(60, dtype)
+    p2 = [p.copy() for p in p1]
+    b1, b2 = [None] * len(p1), [None] * len(p1)
+    mom = kw.get("momentum", 0)
+    for step in range(3):
+        K.sgd(p1, grads, b1, lr=0.1, **kw)
+        for i, (p, g) in enumerate(zip(p2, grads)):  # the single-tensor kernels, one launch each
+            if mom:
+                first = b2[i] is None
+                if first:
+                    b2[i] = cupy.empty_like(p)
+                K._sgd_momentum(g, 0.1, kw.get("weight_decay", 0.0), mom, kw.get("dampening", 0.0),
+                                kw.get("nesterov", False), False, first, p, b2[i])
+            else:
+                K._sgd(g, 0.1, kw.get("weight_decay", 0.0), kw.get("maximize", False), p)
+    for a, b in zip(p1 + [x for x in b1 if x is not None], p2 + [x for x in b2 if x is not None]):
+        close(a, b, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [dict(weight_decay=0.1), dict(weight_decay=0.1, decoupled_weight_decay=True),
+                                dict(amsgrad=True, maximize=True)])
+def test_multi_tensor_adam_equals_plain_with_per_tensor_steps(kw, dtype):
+    p1, grads = _many(70, dtype)
+    p2 = [p.copy() for p in p1]
+    st1 = [[cupy.zeros_like(p) for p in p1] for _ in range(3)]
+    st2 = [[cupy.zeros_like(p) for p in p1] for _ in range(3)]
+    for step in (1, 2, 3):
+        steps = [step + i % 4 for i in range(len(p1))]
+        K.adam(p1, grads, *st1, steps, lr=0.01, **kw)
+        _fused.plain_adam(p2, grads, *st2, steps, lr=0.01, **kw)
+    for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
+        close(a, b, dtype, loose=50)
+
+
+def test_multi_tensor_update_runs_on_the_arrays_gpu_and_the_current_stream():
+    # The launch enters the arrays' GPU and queues on its current stream: a non-blocking
+    # stream, synchronized only through its own event, sees the update.
+    p, g = _many(80, np.float32)
+    want = [a - 0.5 * b for a, b in zip(p, g)]
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.wait_event(cupy.cuda.get_current_stream().record())
+    with s:
+        K.sgd(p, g, [None] * len(p), lr=0.5)
+        done = s.record()
+    done.synchronize()
+    for a, b in zip(p, want):
+        close(a, b, np.float32)

@@ -9,6 +9,7 @@ its kernel with the arguments in the kernel's order) and that the results equal 
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import types
 
@@ -102,13 +103,56 @@ class _Kernel:
                                                                self.name == "threadgrad_mul" else out.dtype, copy=False)
 
 
+def _memory(address, n, dtype):
+    """The ``n`` elements of ``dtype`` at ``address`` (a numpy array's), as a writable array."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer((ctypes.c_char * (n * dtype.itemsize)).from_address(address), dtype=dtype)
+
+
+class _RawKernel:
+    """A multi-tensor kernel of devices/_fused.py (Note [Multi-tensor updates]): reads the
+    struct it is given as the CUDA code does, and updates the arrays at its addresses in numpy."""
+
+    def __init__(self, launches, code, name):
+        assert "struct" in code and name in code
+        self.name, self.launches = name, launches
+        self.dtype = np.float32 if name.endswith("_float") else np.float64
+        self.kind = name.split("_")[1]  # sgd or adam
+
+    def __call__(self, grid, block, args):
+        self.launches.append(self.name)
+        (r,) = args
+        assert grid[0] >= 1 and 1 <= grid[1] <= 32 and block == (256,)
+        for t in range(grid[1]):
+            n = int(r["numel"][t])
+
+            def mem(field):
+                return _memory(int(r[field][t]), n, self.dtype) if r[field][t] else None
+
+            if self.kind == "sgd":
+                p, g, buf = mem("param"), mem("grad"), mem("buf")
+                mom = float(r["f_momentum"])
+                if mom:
+                    _sim("threadgrad_sgd_momentum")(g, float(r["f_lr"]), float(r["f_wd"]), mom, float(r["f_dampening"]),
+                                                    bool(r["nesterov"]), bool(r["maximize"]), bool(r["first"][t]), p, buf)
+                else:
+                    _sim("threadgrad_sgd")(g, float(r["f_lr"]), float(r["f_wd"]), bool(r["maximize"]), p)
+            else:
+                _sim("threadgrad_adam")(mem("grad"), float(r["f_lr"]), float(r["f_beta1"]), float(r["f_beta2"]),
+                                        float(r["f_eps"]), float(r["f_wd"]), float(r["f_bc1"][t]),
+                                        float(r["f_bc2_sqrt"][t]), bool(r["maximize"]), bool(r["decoupled"]),
+                                        mem("param"), mem("exp_avg"), mem("exp_avg_sq"),
+                                        mem("max_exp_avg_sq") if r["amsgrad"] else None)
+
+
 def _kernel_xp():
-    """numpy plus cupy's two kernel factories, recording every launch in ``xp.launches``."""
+    """numpy plus cupy's three kernel factories, recording every launch in ``xp.launches``."""
     launches: list = []
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
     xp.launches = launches
     xp.ElementwiseKernel = lambda i, o, op, name, **kw: _Kernel(launches, i, o, op, name)
     xp.ReductionKernel = lambda i, o, m, r, post, ident, name, **kw: _Kernel(launches, i, o, m, r, post, ident, name)
+    xp.RawKernel = lambda code, name, **kw: _RawKernel(launches, code, name)
     return xp
 
 
@@ -233,7 +277,7 @@ def _optim_state(seed, n=3):
 @pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1, maximize=True),
                                 dict(momentum=0.9), dict(momentum=0.9, dampening=0.2, weight_decay=0.01),
                                 dict(momentum=0.8, nesterov=True)])
-def test_fused_sgd_launches_one_kernel_per_tensor_and_equals_plain(kw):
+def test_fused_sgd_launches_one_kernel_per_step_and_equals_plain(kw):
     xp = _kernel_xp()
     table = _fused.Fused(xp)
     p1, grads = _optim_state(2)
@@ -242,14 +286,14 @@ def test_fused_sgd_launches_one_kernel_per_tensor_and_equals_plain(kw):
     for _ in range(3):
         table.sgd(p1, grads, b1, lr=0.1, **kw)
         _fused.plain_sgd(p2, grads, b2, lr=0.1, **kw)
-    assert len(xp.launches) == 9
+    assert xp.launches == ["threadgrad_sgd_multi_double"] * 3  # Note [Multi-tensor updates]
     for a, b in zip(p1 + [x for x in b1 if x is not None], p2 + [x for x in b2 if x is not None]):
         np.testing.assert_allclose(a, b, rtol=1e-13)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(weight_decay=0.1), dict(weight_decay=0.1, decoupled_weight_decay=True),
                                 dict(amsgrad=True, maximize=True)])
-def test_fused_adam_launches_one_kernel_per_tensor_and_equals_plain(kw):
+def test_fused_adam_launches_one_kernel_per_step_and_equals_plain(kw):
     xp = _kernel_xp()
     table = _fused.Fused(xp)
     p1, grads = _optim_state(3)
@@ -259,7 +303,7 @@ def test_fused_adam_launches_one_kernel_per_tensor_and_equals_plain(kw):
     for step in (1, 2, 3):
         table.adam(p1, grads, st1[0], st1[1], st1[2], step, lr=0.01, **kw)
         _fused.plain_adam(p2, grads, st2[0], st2[1], st2[2], [step] * 3, lr=0.01, **kw)
-    assert len(xp.launches) == 9
+    assert xp.launches == ["threadgrad_adam_multi_double"] * 3
     for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
         np.testing.assert_allclose(a, b, rtol=1e-13)
 
@@ -301,6 +345,60 @@ def test_plain_adam_matches_torch_optim_adam(cls, kw):
         np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-13, atol=1e-15)
 
 
+def _mixed_state(seed):
+    """40 parameters: float64 ones (more than one launch holds), float32 ones, a float64 one
+    whose gradient is a transposed view (not C-contiguous), one listed twice, and an empty one."""
+    rng = np.random.default_rng(seed)
+    params = [rng.standard_normal((i % 4 + 1, 3)) for i in range(36)]
+    params += [rng.standard_normal((2, 5)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    params += [rng.standard_normal((3, 3)), np.zeros((0, 4))]
+    grads = [rng.standard_normal(p.shape).astype(p.dtype) for p in params]
+    grads[38] = np.ascontiguousarray(grads[38].T).T  # same values, Fortran order
+    params.append(params[5])  # listed twice: updated twice, in order
+    grads.append(rng.standard_normal(params[5].shape))
+    return params, grads
+
+
+@pytest.mark.parametrize("kw", [dict(momentum=0.9, nesterov=True, weight_decay=0.01), dict(maximize=True)])
+def test_fused_sgd_groups_tensors_into_launches_and_leaves_the_rest_to_single_kernels(kw):
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1, grads = _mixed_state(7)
+    p2 = [p.copy() for p in p1]
+    p2[-1] = p2[5]  # the same array twice, as in p1
+    b1, b2 = [None] * len(p1), [None] * len(p1)
+    for _ in range(2):
+        xp.launches.clear()
+        table.sgd(p1, grads, b1, lr=0.1, **kw)
+        _fused.plain_sgd(p2, grads, b2, lr=0.1, **kw)
+        # 32 + 5 float64 tensors (the last one empty) in two launches, 2 float32 in one; the
+        # Fortran-ordered gradient and the repeated parameter take the single-tensor kernel
+        single = "threadgrad_sgd_momentum" if kw.get("momentum") else "threadgrad_sgd"
+        assert sorted(xp.launches) == sorted(["threadgrad_sgd_multi_double"] * 2 + ["threadgrad_sgd_multi_float"]
+                                             + [single] * 2)
+    for a, b in zip(p1 + [x for x in b1 if x is not None], p2 + [x for x in b2 if x is not None]):
+        np.testing.assert_allclose(a, b, rtol=1e-6 if a.dtype == np.float32 else 1e-13)
+
+
+def test_fused_adam_groups_tensors_into_launches_with_per_tensor_steps():
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    p1, grads = _mixed_state(8)
+    p1, grads = p1[:-1], grads[:-1]  # (Adam's state is per parameter: no repeated one here)
+    p2 = [p.copy() for p in p1]
+    st1 = [[np.zeros_like(p) for p in p1] for _ in range(3)]
+    st2 = [[np.zeros_like(p) for p in p1] for _ in range(3)]
+    for step in (1, 2):
+        steps = [step + (i % 3) for i in range(len(p1))]  # parameters added to the optimizer at other times
+        xp.launches.clear()
+        table.adam(p1, grads, st1[0], st1[1], st1[2], steps, lr=0.01, amsgrad=True, weight_decay=0.1)
+        _fused.plain_adam(p2, grads, st2[0], st2[1], st2[2], steps, lr=0.01, amsgrad=True, weight_decay=0.1)
+        assert sorted(xp.launches) == sorted(["threadgrad_adam_multi_double"] * 2 + ["threadgrad_adam_multi_float",
+                                                                                      "threadgrad_adam_amsgrad"])
+    for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
+        np.testing.assert_allclose(a, b, rtol=1e-5 if a.dtype == np.float32 else 1e-13)
+
+
 def test_fused_updates_leave_float16_to_the_plain_form():
     xp = _kernel_xp()
     table = _fused.Fused(xp)
@@ -325,8 +423,8 @@ def test_fused_updates_leave_float16_to_the_plain_form():
                                   lambda ps: __import__("threadgrad").optim.AdamW(ps, lr=0.01)],
                          ids=["SGD", "Adam", "AdamW"])
 def test_tg_optim_steps_through_the_fused_updates_on_cuda(kcuda, make):
-    """tg.optim on a device with fused kernels calls them, one launch per parameter per step,
-    and gives what it gives on cpu (Note [Update functions] in threadgrad/optim/optimizer.py)."""
+    """tg.optim on a device with fused kernels calls them, one launch per step for all the
+    parameters (Note [Multi-tensor updates]), and gives what it gives on cpu (Note [Update functions] in threadgrad/optim/optimizer.py)."""
     p0, grads = _optim_state(5, n=2)
     runs = {}
     for dev in (devices.cpu, kcuda):
@@ -340,6 +438,6 @@ def test_tg_optim_steps_through_the_fused_updates_on_cuda(kcuda, make):
         launched = len(kcuda.xp.launches)
         runs[dev] = [np.asarray(p.data) for p in ps]
         assert all(p.version == 3 for p in ps)
-    assert launched == 6  # the kcuda run: 2 parameters x 3 steps
+    assert launched == 3  # the kcuda run: one launch per step for both parameters
     for a, b in zip(runs[devices.cpu], runs[kcuda]):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
