@@ -1398,7 +1398,8 @@ class Engine:
         if hooks is not None and hooks.post:
             if gt.runnable is not None and fn.computes_only_needed:
                 outputs = _mask_unneeded(gt, fn, outputs)
-            outputs = hooks.run_post(fn, outputs, inputs)
+            # the hooks may keep what they see: Note [Gradient ownership] (tensor.py)
+            outputs = hooks.run_post(fn, disown(list(outputs)), inputs)
         return outputs
 
     def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:

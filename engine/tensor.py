@@ -538,19 +538,26 @@ def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
 # gradient. Reference counts cannot see all of that either (two input buffers holding the
 # same Tensor object leave its array's count at one). So ownership is stated, not inferred:
 #
-# * The only gradients the engine owns are the sums it makes itself for an AccumulateGrad's
-#   input slot (executor.py's _buffer_add): a fresh array from xp.add, in an EngineSum whose
-#   ``owner`` names that AccumulateGrad. Until the node runs, only that buffer slot holds it
-#   (buffers are private to their GraphTask).
+# * The engine owns two kinds of gradients, each an EngineSum whose ``owner`` names the one
+#   AccumulateGrad whose input slot it is for: the sums it makes itself for that slot
+#   (executor.py's _buffer_add: a fresh array from xp.add), and the fresh arrays a node's
+#   first-order backward has just computed for an edge into that AccumulateGrad and keeps
+#   nowhere else (``owned_gradient``: linear's weight and bias gradients, a matmul's result
+#   and a column sum). Until the AccumulateGrad runs, only the producing node's return value
+#   and then that buffer slot hold it (buffers are private to their GraphTask); the executor
+#   disowns a node's outputs before its post-hooks see them, as below.
 # * A later gradient for the slot is added into it in place; AccumulateGrad.apply adopts its
 #   array as .grad, without a copy, only if ``owner is self`` (and clears the mark).
-# * Before any user code can see an AccumulateGrad's inputs (its hooks, grad()'s capture), the
-#   executor replaces each EngineSum by a plain Tensor (disown), so no marked object ever
-#   escapes: an escaped array can never come back as owned.
+# * Before any user code can see an AccumulateGrad's inputs (its hooks, grad()'s capture) or a
+#   node's outputs (its post-hooks), the executor replaces each EngineSum by a plain Tensor
+#   (disown), so no marked object ever escapes: an escaped array can never come back as owned.
 # * Every other first gradient is copied into .grad; other buffers sum out of place.
 #
 # The copy costs one memcpy per leaf whose .grad is None and whose gradient arrives along a
-# single edge (benchmarks/run_all.py's mlp workload measures it; docs/performance.md).
+# single edge from a node that does not own it (benchmarks/run_all.py's mlp workload and
+# benchmarks/gpu.py's MLP step measure it; docs/performance.md). torch decides the same
+# question by the gradient's reference count (AccumulateGrad steals a tensor nothing else
+# holds); threadgrad states it instead, for the reasons above.
 
 
 class WrappedNumber(Tensor):
@@ -562,8 +569,8 @@ class WrappedNumber(Tensor):
 
 
 class EngineSum(Tensor):
-    """A gradient sum the executor made for one AccumulateGrad's input slot, which it alone
-    holds. See Note [Gradient ownership]."""
+    """A gradient the engine owns for one AccumulateGrad's input slot (``owner``): a sum the
+    executor made for it, or a node's fresh first-order result. See Note [Gradient ownership]."""
 
     __slots__ = ("owner",)
 
@@ -580,6 +587,18 @@ def engine_sum(old: Tensor, g: Tensor, owner: Any) -> Tensor:
         return old
     t = EngineSum(old.device.xp.add(a, b), old.device)
     t.owner = owner
+    return t
+
+
+def owned_gradient(data: Any, device: Device, consumer: Any) -> Tensor:
+    """``data`` as the gradient a node's first-order backward sends to ``consumer`` (the node
+    its edge leads to). The caller promises ``data`` is an array it has just made and keeps
+    nowhere else; when ``consumer`` is an AccumulateGrad the engine then owns it, so the leaf
+    adopts it as ``.grad`` without a copy. See Note [Gradient ownership]."""
+    if type(consumer) is not AccumulateGrad:
+        return _wrap(data, device)
+    t = EngineSum(data, device)
+    t.owner = consumer
     return t
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap, owned_gradient
 
 from ._core import Node, check_tensor, const, device_error, record, record_unary, register, tls
 from .activation import _shifted, log_softmax, softmax
@@ -66,11 +66,14 @@ class AddmmBackward0(Node):
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 636 -> 617 us)
             xd, wd = self.saved_arrays()
             gd, dev = g._data, g.device
-            gx = _wrap(gd @ wd, dev) if ex[0] is not None else None
-            gw = _wrap(gd.T @ xd, dev) if ew[0] is not None else None
+            # Fresh arrays, kept nowhere else: a leaf adopts them as .grad without a copy
+            # (Note [Gradient ownership] in engine/tensor.py)
+            gx = owned_gradient(gd @ wd, dev, ex[0]) if ex[0] is not None else None
+            gw = owned_gradient(gd.T @ xd, dev, ew[0]) if ew[0] is not None else None
             if len(self.next_edges) == 2:
                 return (gx, gw)
-            return (gx, gw, _wrap(gd.sum(axis=0), dev) if self.next_edges[2][0] is not None else None)
+            eb = self.next_edges[2]
+            return (gx, gw, owned_gradient(gd.sum(axis=0), dev, eb[0]) if eb[0] is not None else None)
         x, w = self.saved_tensors()
         gx = matmul(g, w) if ex[0] is not None else None
         gw = matmul(transpose(g, 0, 1), x) if ew[0] is not None else None

@@ -121,3 +121,111 @@ def test_create_graph_grad_stays_differentiable() -> None:
     assert x.grad.requires_grad
     (gg,) = engine.grad(x.grad.sum(), x)
     assert gg.tolist() == [6.0, 12.0]  # d/dx of 3x^2
+
+
+# --- fresh first-order gradients a node owns (linear's) -------------------------------------
+
+def _spy_accumulate(monkeypatch):
+    """Record the ``owned`` flag of every accumulation into a .grad."""
+    import sys
+
+    graph = sys.modules["threadgrad.engine.graph"]
+    calls = []
+    real = graph.accumulate_into
+
+    def spy(var, g, owned=False):
+        calls.append(owned)
+        return real(var, g, owned)
+
+    monkeypatch.setattr(graph, "accumulate_into", spy)
+    return calls
+
+
+def test_linear_weight_and_bias_gradients_are_adopted_without_a_copy(monkeypatch):
+    """Note [Gradient ownership]: AddmmBackward0's first-order gradients are fresh arrays the
+    node keeps nowhere else, so the leaves take them as .grad, with torch's values."""
+    calls = _spy_accumulate(monkeypatch)
+    rng = np.random.default_rng(0)
+    xa, wa, ba = rng.standard_normal((4, 3)), rng.standard_normal((5, 3)), rng.standard_normal(5)
+    w = engine.tensor(wa, requires_grad=True)
+    b = engine.tensor(ba, requires_grad=True)
+    ops.linear(engine.tensor(xa), w, b).tanh().sum().backward()
+    assert calls == [True, True]
+    g = 1 - np.tanh(xa @ wa.T + ba) ** 2
+    np.testing.assert_allclose(w.grad.numpy(), g.T @ xa, rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), g.sum(0), rtol=1e-12)
+    # ... and a second backward adds into the adopted arrays in place, as into any .grad
+    kept = w.grad
+    ops.linear(engine.tensor(xa), w, b).tanh().sum().backward()
+    assert w.grad is kept
+    np.testing.assert_allclose(w.grad.numpy(), 2 * (g.T @ xa), rtol=1e-12)
+
+
+def test_a_post_hook_that_keeps_linears_gradients_gets_its_own_copy(monkeypatch):
+    """A node's post-hooks are user code: what they keep must not become .grad (the next
+    backward would add into it in place), so the executor disowns the outputs first, and the
+    leaf copies, as torch's AccumulateGrad does for a gradient something else still holds."""
+    calls = _spy_accumulate(monkeypatch)
+    w = engine.tensor(np.ones((2, 3)), requires_grad=True)
+    b = engine.tensor(np.zeros(2), requires_grad=True)
+    y = ops.linear(engine.tensor(np.full((4, 3), 2.0)), w, b)
+    kept = []
+    y.grad_fn.register_hook(lambda grad_inputs, grad_outputs: kept.extend(grad_inputs))
+    y.sum().backward()
+    assert calls == [False, False] and all(type(t) is engine.Tensor for t in kept if t is not None)
+    assert not np.shares_memory(w.grad.data, kept[1].data)
+    ops.linear(engine.tensor(np.full((4, 3), 2.0)), w, b).sum().backward()
+    assert kept[1].tolist() == [[8.0] * 3] * 2 and w.grad.tolist() == [[16.0] * 3] * 2
+    assert kept[2].tolist() == [4.0, 4.0] and b.grad.tolist() == [8.0, 8.0]
+
+
+def test_a_leaf_used_as_both_operands_of_linear_sums_its_owned_gradients_exactly(monkeypatch):
+    """Both of AddmmBackward0's gradients go to one AccumulateGrad: the first is owned, the
+    second is added into it in place, and .grad is the sum (checked against torch's formula:
+    d/dw sum(w @ w.T) = 2 * ones @ w)."""
+    calls = _spy_accumulate(monkeypatch)
+    wa = np.random.default_rng(1).standard_normal((3, 3))
+    w = engine.tensor(wa, requires_grad=True)
+    ops.linear(w, w).sum().backward()
+    assert calls == [True]
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.ones((3, 3)) @ wa, rtol=1e-12)
+
+
+def test_owned_linear_gradients_with_leaf_hooks_and_grad_capture():
+    """Combinations: a leaf tensor hook that keeps its gradient, and grad() capturing one,
+    each see a plain tensor that .grad never aliases."""
+    w = engine.tensor(np.ones((2, 3)), requires_grad=True)
+    seen = []
+    w.register_hook(lambda g: seen.append(g))
+    x = engine.tensor(np.full((4, 3), 2.0))
+    loss = ops.linear(x, w).sum()
+    (captured,) = engine.grad(loss, w, retain_graph=True)
+    loss.backward()
+    assert type(captured) is engine.Tensor and all(type(g) is engine.Tensor for g in seen)
+    w.grad.mul_(0.0)
+    assert captured.tolist() == [[8.0] * 3] * 2 and [g.tolist() for g in seen] == [[[8.0] * 3] * 2] * 2
+
+
+def test_owned_linear_gradients_match_torch_over_steps_with_set_to_none():
+    """An SGD loop that sets .grad to None every step, as torch's zero_grad() does, so every
+    step adopts fresh arrays: the trajectory is torch's."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    import threadgrad as tg
+
+    rng = np.random.default_rng(2)
+    xa, ta = rng.standard_normal((8, 4)), rng.integers(0, 3, 8)
+    w0, b0 = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    w, b = tg.tensor(w0, requires_grad=True), tg.tensor(b0, requires_grad=True)
+    tw, tb = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    opt, topt = tg.optim.SGD([w, b], lr=0.1, momentum=0.9), torch.optim.SGD([tw, tb], lr=0.1, momentum=0.9)
+    for _ in range(4):
+        tg.nn.functional.cross_entropy(tg.nn.functional.linear(tg.tensor(xa), w, b), tg.tensor(ta)).backward()
+        torch.nn.functional.cross_entropy(torch.nn.functional.linear(torch.tensor(xa), tw, tb), torch.tensor(ta)).backward()
+        opt.step()
+        topt.step()
+        opt.zero_grad()
+        topt.zero_grad()
+    np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(b.detach().numpy(), tb.detach().numpy(), rtol=1e-12)
