@@ -263,11 +263,62 @@ extern "C" __global__ void NAME(const AdamArgs a) {
     T vi = v[i] * (T)a.f_beta2 + (T)(1 - a.f_beta2) * d * d;
     m[i] = mi;
     v[i] = vi;
-    if (a.amsgrad) { vi = max(vmax[i], vi); vmax[i] = vi; }
-    p[i] = pi - (T)(lr / bc1) * (mi / (sqrt(vi) / (T)bc2_sqrt + (T)a.f_eps));
+    if (a.amsgrad) {  // torch's maximum: a NaN on either side wins
+      const T old = vmax[i];
+      vi = (old != old || old > vi) ? old : vi;
+      vmax[i] = vi;
+    }
+    p[i] = pi - (T)(lr / bc1) * (mi / (SQRT(vi) / (T)bc2_sqrt + (T)a.f_eps));
   }
 }
 """
+
+
+# cross_entropy's forward on (N, C) logits: one block per row computes the row's log_softmax
+# as ops/activation.py does (shifted by the row's max, NaN-propagating, and by 0 where the max
+# is not finite), writes it, and writes the row's loss ``-lsm[row, t[row]]`` with the same
+# expression, so the loss equals what the separate kernels gave from the same lsm.
+_CE_BLOCK = 256
+_LOG_SOFTMAX_NLL_SOURCE = r"""
+extern "C" __global__ void NAME(const T* __restrict__ x, const long long* __restrict__ t,
+                                T* __restrict__ lsm, T* __restrict__ picked, const long long C) {
+  __shared__ T red[BLOCK];
+  const long long row = blockIdx.x;
+  const T* xr = x + row * C;
+  T* out = lsm + row * C;
+  T m = xr[0];  // (C > 0) a NaN anywhere in the row makes m NaN, and it stays NaN
+  for (long long j = threadIdx.x; j < C; j += BLOCK) { T v = xr[j]; if (v != v || v > m) m = v; }
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) { T b = red[threadIdx.x + s]; if (b != b || b > red[threadIdx.x]) red[threadIdx.x] = b; }
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  const T shift = (m - m == (T)0) ? m : (T)0;  // m finite: inf - inf and NaN - NaN are NaN
+  T sum = 0;
+  for (long long j = threadIdx.x; j < C; j += BLOCK) sum += EXP(xr[j] - shift);
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const T lse = LOG(red[0]);
+  for (long long j = threadIdx.x; j < C; j += BLOCK) out[j] = (xr[j] - shift) - lse;
+  if (threadIdx.x == 0) picked[row] = -((xr[t[row]] - shift) - lse);
+}
+""".replace("BLOCK", str(_CE_BLOCK))
+
+
+def _typed_source(source: str, ctype: str, name: str) -> str:
+    """``source`` for element type ``ctype`` (``float`` or ``double``) as kernel ``name``. The
+    math is spelled with the C functions of that type (expf, ...), which NVRTC knows without
+    headers; RawKernel sources get no cupy preamble."""
+    f = "f" if ctype == "float" else ""
+    return (f"typedef {ctype} T;\n#define EXP exp{f}\n#define LOG log{f}\n#define SQRT sqrt{f}\n"
+            + source.replace("NAME", name))
 
 
 def _cupy_address(a: Any) -> tuple:
@@ -295,6 +346,11 @@ class Fused(_Table):
                            "z = (exp(lsm) - (T)((i % c) == t[i / c])) * (g[0] * (T)scale)",
                            "threadgrad_cross_entropy_backward")
         self._lsm = ek("T g, T y, T s", "T z", "z = g - exp(y) * s", "threadgrad_log_softmax_backward")
+        self._log_softmax_nll = {
+            dt: xp.RawKernel(_typed_source(_LOG_SOFTMAX_NLL_SOURCE, ctype, f"threadgrad_log_softmax_nll_{ctype}"),
+                             f"threadgrad_log_softmax_nll_{ctype}")
+            for dt, ctype in (("float32", "float"), ("float64", "double"))}
+        self._nll_reduce = rk("T x, int64 count", "T y", "x", "a + b", "y = a / (T)count", "0", "threadgrad_nll_reduce")
         self._targets = rk("T t, int64 ignore, int64 n", "int32 code",
                            "t == ignore ? 1 : ((t < 0 || t >= n) ? 2 : 0)", "a | b", "code = a", "0",
                            "threadgrad_class_index_check")
@@ -350,8 +406,7 @@ class Fused(_Table):
         for dt, ctype in (("float32", "float"), ("float64", "double")):
             for name, source in (("sgd", _SGD_SOURCE), ("adam", _ADAM_SOURCE)):
                 kernel_name = f"threadgrad_{name}_multi_{ctype}"
-                code = f"typedef {ctype} T;\n" + source.replace("NAME", kernel_name)
-                self._multi[name, dt] = xp.RawKernel(code, kernel_name)
+                self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
         if hasattr(xp, "cuda"):
             self._address = _cupy_address
             self._on_device = lambda index: xp.cuda.Device(index)
@@ -396,6 +451,21 @@ class Fused(_Table):
         if t.dtype.kind not in "iu" or t.size == 0:
             return _class_index_check(t, ignore_index, n_classes)
         return int(self._targets(t, ignore_index, n_classes))
+
+    def cross_entropy_forward(self, x: Any, t: Any, mean: bool) -> Optional[tuple]:
+        """``(lsm, loss)`` of cross_entropy on (N, C) float32/64 logits ``x`` and int64 class
+        indices ``t`` (all in range): ``lsm = log_softmax(x, 1)``, ``loss`` the sum (or the
+        mean, when ``mean``) of ``-lsm[i, t_i]``, in two launches (the rows, then the
+        reduction) instead of eleven. None when the operands do not fit the kernel (another
+        target dtype, non-contiguous logits, no classes): the caller takes the ops path."""
+        n, c = x.shape
+        if t.dtype != numpy.int64 or c == 0 or not (x.flags.c_contiguous and t.flags.c_contiguous):
+            return None
+        lsm = self.xp.empty_like(x)
+        picked = self.xp.empty(n, dtype=x.dtype)
+        if n:
+            self._log_softmax_nll[x.dtype.name]((n,), (_CE_BLOCK,), (x, t, lsm, picked, c))
+        return lsm, self._nll_reduce(picked, n if mean else 1)
 
     def nll(self, lsm: Any, t: Any, mean: bool) -> Any:
         """cross_entropy's loss from log-probabilities ``lsm`` (N, C) and valid targets ``t``

@@ -300,12 +300,20 @@ class CrossEntropyBackward0(Node):
 
 
 def _cross_entropy_fused(logits: Tensor, td: Any, reduction: str) -> Tensor:
-    # log_softmax as the op computes it, then the loss in one kernel and one reduction.
-    xp = logits.device.xp
-    s = _shifted(logits._data, 1, xp)
-    lsm = s - xp.log(xp.exp(s).sum(axis=1, keepdims=True))
+    # log_softmax and the loss in two kernels (Fused.cross_entropy_forward), or, for operands
+    # that kernel does not take, log_softmax as the op computes it, then the loss in one
+    # kernel and one reduction.
+    kernels = logits.device.kernels
     mean = reduction == "mean"
-    out = _wrap(logits.device.kernels.nll(lsm, td, mean), logits.device)
+    fused = kernels.cross_entropy_forward(logits._data, td, mean)
+    if fused is not None:
+        lsm, loss = fused
+    else:
+        xp = logits.device.xp
+        s = _shifted(logits._data, 1, xp)
+        lsm = s - xp.log(xp.exp(s).sum(axis=1, keepdims=True))
+        loss = kernels.nll(lsm, td, mean)
+    out = _wrap(loss, logits.device)
     if tls.grad_enabled and logits._rg:
         node = CrossEntropyBackward0()
         node.lsm, node.target, node.mean = lsm, td, mean

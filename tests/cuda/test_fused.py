@@ -263,3 +263,32 @@ def test_multi_tensor_update_runs_on_the_arrays_gpu_and_the_current_stream():
     done.synchronize()
     for a, b in zip(p, want):
         close(a, b, np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(64, 10), (7, 1000), (0, 5), (3, 1)])
+@pytest.mark.parametrize("mean", [True, False])
+def test_cross_entropy_forward_kernel_equals_the_separate_kernels(shape, mean, dtype):
+    n, c = shape
+    x = rand(90, shape, dtype, -8, 8)
+    t = cupy.asarray(np.random.default_rng(91).integers(0, c, n))
+    lsm, loss = K.cross_entropy_forward(x, t, mean)
+    m = x.max(axis=1, keepdims=True) if n else cupy.zeros((0, 1), dtype)
+    s = x - cupy.where(cupy.isfinite(m), m, 0)
+    want_lsm = s - cupy.log(cupy.exp(s).sum(axis=1, keepdims=True))
+    assert lsm.dtype == loss.dtype == dtype and lsm.shape == shape and loss.shape == ()
+    close(lsm, want_lsm, dtype)
+    if n:
+        close(loss, K.nll(want_lsm, t, mean), dtype)
+
+
+def test_cross_entropy_forward_kernel_nan_and_inf_rows_equal_the_cpu():
+    logits = np.array([[1.0, np.nan, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [0.5, -1.0, 3.0]])
+    target = np.array([0, 1, 2, 2])
+    with np.errstate(all="ignore"):
+        for row in range(4):
+            got = ops.cross_entropy(engine.tensor(logits[row:row + 1], device=CUDA),
+                                    engine.tensor(target[row:row + 1], device=CUDA), reduction="sum").item()
+            want = ops.cross_entropy(engine.tensor(logits[row:row + 1]), engine.tensor(target[row:row + 1]),
+                                     reduction="sum").item()
+            np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -70,6 +70,7 @@ def _sim(name):
         "threadgrad_tanh_backward": lambda g, y: g - g * y * y,
         "threadgrad_mul": lambda a, b: a * b,
         "threadgrad_nll": lambda lsm, t, c: -lsm.reshape(-1)[np.arange(len(t)) * c + t],
+        "threadgrad_nll_reduce": lambda x, count: x.sum() / count,
         "threadgrad_cross_entropy_backward": lambda lsm, t, g, scale, c: (
             (np.exp(lsm) - (np.arange(lsm.size).reshape(lsm.shape) % c == t[:, None])) * (g[0] * scale)),
         "threadgrad_div_backward_b": lambda g, a, b: -(g * a / (b * b)),
@@ -114,13 +115,15 @@ class _RawKernel:
     struct it is given as the CUDA code does, and updates the arrays at its addresses in numpy."""
 
     def __init__(self, launches, code, name):
-        assert "struct" in code and name in code
+        assert name in code and ("struct" in code or "log_softmax" in name)
         self.name, self.launches = name, launches
         self.dtype = np.float32 if name.endswith("_float") else np.float64
-        self.kind = name.split("_")[1]  # sgd or adam
+        self.kind = name.split("_")[1]  # sgd, adam, or log (log_softmax_nll)
 
     def __call__(self, grid, block, args):
         self.launches.append(self.name)
+        if self.kind == "log":
+            return self._log_softmax_nll(grid, block, *args)
         (r,) = args
         assert grid[0] >= 1 and 1 <= grid[1] <= 32 and block == (256,)
         for t in range(grid[1]):
@@ -143,6 +146,17 @@ class _RawKernel:
                                         float(r["f_bc2_sqrt"][t]), bool(r["maximize"]), bool(r["decoupled"]),
                                         mem("param"), mem("exp_avg"), mem("exp_avg_sq"),
                                         mem("max_exp_avg_sq") if r["amsgrad"] else None)
+
+
+    def _log_softmax_nll(self, grid, block, x, t, lsm, picked, c):
+        # one block per row; log_softmax as ops/activation.py's _shifted computes it
+        n = x.shape[0]
+        assert grid == (n,) and block == (256,) and c == x.shape[1] and x.dtype == self.dtype and t.dtype == np.int64
+        m = x.max(axis=1, keepdims=True)
+        s = x - np.where(np.isfinite(m), m, 0)
+        lse = np.log(np.exp(s).sum(axis=1, keepdims=True))
+        lsm[...] = s - lse
+        picked[...] = -(s[np.arange(n), t] - lse[:, 0])
 
 
 def _kernel_xp():
@@ -237,7 +251,9 @@ def test_cross_entropy_is_one_fused_node_on_cuda(kcuda, reduction):
     loss = ops.cross_entropy(x, engine.tensor(target, device=kcuda), reduction=reduction)
     assert loss.grad_fn.name() == "CrossEntropyBackward0"
     loss.backward()
-    assert kcuda.xp.launches.count("threadgrad_nll") == kcuda.xp.launches.count("threadgrad_cross_entropy_backward") == 1
+    launches = kcuda.xp.launches
+    assert launches.count("threadgrad_log_softmax_nll_double") == launches.count("threadgrad_nll_reduce") == 1
+    assert launches.count("threadgrad_cross_entropy_backward") == 1 and "threadgrad_nll" not in launches
     xc = engine.tensor(logits, requires_grad=True)
     want = ops.cross_entropy(xc, engine.tensor(target), reduction=reduction)
     want.backward()
@@ -251,6 +267,52 @@ def test_cross_entropy_is_one_fused_node_on_cuda(kcuda, reduction):
     (h,) = engine.grad((g * engine.tensor(w, device=kcuda)).sum(), x)
     (hc,) = engine.grad((gc * engine.tensor(w)).sum(), xc)
     np.testing.assert_allclose(h.numpy(), hc.numpy(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("case", ["int32 targets", "transposed logits"])
+def test_cross_entropy_forward_kernel_leaves_other_operands_to_the_separate_kernels(kcuda, case):
+    rng = np.random.default_rng(4)
+    logits, target = rng.standard_normal((5, 6)), rng.integers(0, 5, 6)
+    if case == "int32 targets":
+        logits, target = logits.T.copy(), target.astype(np.int32)
+        x = engine.tensor(logits, device=kcuda, requires_grad=True)
+        arg = x
+    else:
+        x = engine.tensor(logits, device=kcuda, requires_grad=True)
+        arg = ops.transpose(x, 0, 1)  # a (6, 5) view, not C-contiguous
+        logits = logits.T
+    kcuda.xp.launches.clear()
+    loss = ops.cross_entropy(arg, engine.tensor(target, device=kcuda))
+    assert "threadgrad_nll" in kcuda.xp.launches and "threadgrad_log_softmax_nll_double" not in kcuda.xp.launches
+    loss.backward()
+    xc = engine.tensor(logits, requires_grad=True)
+    want = ops.cross_entropy(xc, engine.tensor(target))
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-12)
+    got = x.grad.numpy() if case == "int32 targets" else x.grad.numpy().T
+    np.testing.assert_allclose(got, xc.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_cross_entropy_forward_kernel_keeps_nan_and_inf_rows_as_the_ops_path(kcuda):
+    """The row kernel shifts by a NaN-propagating max, and by 0 where the max is not finite,
+    as _shifted does: the same NaN and inf losses as cpu."""
+    logits = np.array([[1.0, np.nan, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [0.5, -1.0, 3.0]])
+    target = np.array([0, 1, 2, 2])
+    with np.errstate(all="ignore"):  # log(0) and inf - inf, on purpose
+        _nan_and_inf_rows(kcuda, logits, target)
+
+
+def _nan_and_inf_rows(kcuda, logits, target):
+    got = ops.cross_entropy(engine.tensor(logits, device=kcuda), engine.tensor(target, device=kcuda), reduction="sum")
+    assert "threadgrad_log_softmax_nll_double" in kcuda.xp.launches
+    want = ops.cross_entropy(engine.tensor(logits), engine.tensor(target), reduction="sum")
+    np.testing.assert_array_equal(np.isnan(got.numpy()), np.isnan(want.numpy()))
+    for row in range(4):  # row by row: which rows are NaN, inf or finite, and their values
+        g = ops.cross_entropy(engine.tensor(logits[row:row + 1], device=kcuda),
+                              engine.tensor(target[row:row + 1], device=kcuda), reduction="sum").item()
+        w = ops.cross_entropy(engine.tensor(logits[row:row + 1]), engine.tensor(target[row:row + 1]),
+                              reduction="sum").item()
+        np.testing.assert_allclose(g, w, rtol=1e-12)
 
 
 def test_cross_entropy_checks_targets_with_one_kernel(kcuda):
