@@ -16,7 +16,8 @@ Workloads:
   units, relu between them, cross-entropy on ``classes`` outputs) on a random batch:
   forward, backward, parameter update (threadgrad: the device's multi-tensor ``sgd`` of
   devices/_fused.py; torch: ``torch.optim.SGD``, multi-tensor on cuda). Timed from the first op to the device being idle
-  again (``synchronize``), so queued GPU work is counted.
+  again (``synchronize``), so queued GPU work is counted. A control, ``cupy by hand``, makes
+  the same cupy launches with no autograd at all: the floor for an engine over cupy.
 * **chain**: the engine-overhead chain of benchmarks/engine_overhead.py on the GPU: ``N``
   ops alternating ``tanh(x)`` and ``x * c`` on a (16,) float64 array, then ``sum``. The
   arrays are tiny, so this measures what the engine and the kernel launches cost per node
@@ -98,6 +99,54 @@ class Ours:
     @staticmethod
     def grad_numpy(x: Any) -> numpy.ndarray:
         return x.grad.numpy()
+
+
+class CupyByHand:
+    """The MLP step written by hand in cupy, no autograd: the same launches threadgrad's nodes
+    make (its kernels of devices/_fused.py, cupy's matmul and sum), in the order its backward
+    runs them, all on the calling thread. What is left between this and ``threadgrad cuda``
+    is the engine (recording, scheduling, the worker thread); what is left between this and
+    torch is cupy's host time per launch."""
+
+    def __init__(self) -> None:
+        self.device = devices.get("cuda")
+        self.cp = self.device.xp
+        self.k = self.device.kernels
+        self.name = "cupy by hand (no autograd)"
+
+    def sync(self) -> None:
+        self.device.synchronize()
+
+    def tensor(self, a: numpy.ndarray, requires_grad: bool = False) -> Any:
+        return self.cp.asarray(a)
+
+    def optimizer(self, params: list, lr: float) -> Callable[[list], None]:
+        sgd = self.k.sgd
+        bufs: list = [None] * len(params)
+        return lambda grads: sgd(params, grads, bufs, lr=lr)
+
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[list], None]) -> None:
+        k, cp = self.k, self.cp
+        inputs, outs = [], []
+        h = x
+        for i in range(0, len(params), 2):
+            inputs.append(h)
+            h = h @ params[i].T
+            h += params[i + 1]
+            if i + 2 < len(params):
+                h = cp.maximum(h, 0)
+                outs.append(h)
+        if k.class_index_check(y, -100, h.shape[1]):  # the read of the GPU cross_entropy makes
+            raise IndexError("target out of range")
+        lsm, _loss = k.cross_entropy_forward(h, y, True)
+        g = k.cross_entropy_grad(cp.ones((), h.dtype), lsm, y, True)
+        grads = [None] * len(params)
+        for i in range(len(params) - 2, -1, -2):
+            grads[i] = g.T @ inputs[i // 2]
+            grads[i + 1] = g.sum(axis=0)
+            if i:
+                g = k.relu_grad(g @ params[i], outs[i // 2 - 1])
+        step(grads)
 
 
 class Torch:
@@ -258,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch = None if args.no_torch else try_import_torch()
     torch_cuda = torch is not None and torch.cuda.is_available()
-    mlp_backends: list = [Ours("cuda"), Ours("cpu")]
+    mlp_backends: list = [Ours("cuda"), Ours("cpu"), CupyByHand()]
     chain_backends: list = [Ours("cuda")]
     if torch_cuda:
         mlp_backends += [Torch(torch, "cuda"), Torch(torch, "cpu")]

@@ -184,6 +184,7 @@ PLAIN = _Table()
 # --- fused formulas (cupy) -------------------------------------------------------------------
 
 _FLOATS = ("float32", "float64")
+_F32, _F64 = numpy.dtype(numpy.float32), numpy.dtype(numpy.float64)
 
 
 # --- multi-tensor optimizer updates (cupy RawKernel) ------------------------------------------
@@ -349,7 +350,7 @@ class Fused(_Table):
         self._log_softmax_nll = {
             dt: xp.RawKernel(_typed_source(_LOG_SOFTMAX_NLL_SOURCE, ctype, f"threadgrad_log_softmax_nll_{ctype}"),
                              f"threadgrad_log_softmax_nll_{ctype}")
-            for dt, ctype in (("float32", "float"), ("float64", "double"))}
+            for dt, ctype in (("f", "float"), ("d", "double"))}
         self._nll_reduce = rk("T x, int64 count", "T y", "x", "a + b", "y = a / (T)count", "0", "threadgrad_nll_reduce")
         self._targets = rk("T t, int64 ignore, int64 n", "int32 code",
                            "t == ignore ? 1 : ((t < 0 || t >= n) ? 2 : 0)", "a | b", "code = a", "0",
@@ -403,7 +404,7 @@ class Fused(_Table):
         # compiled on first use. The numpy stand-in of the tests has no ``cuda``: its arrays'
         # addresses are numpy's, and there is no current GPU to choose.
         self._multi = {}
-        for dt, ctype in (("float32", "float"), ("float64", "double")):
+        for dt, ctype in (("f", "float"), ("d", "double")):
             for name, source in (("sgd", _SGD_SOURCE), ("adam", _ADAM_SOURCE)):
                 kernel_name = f"threadgrad_{name}_multi_{ctype}"
                 self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
@@ -464,7 +465,7 @@ class Fused(_Table):
         lsm = self.xp.empty_like(x)
         picked = self.xp.empty(n, dtype=x.dtype)
         if n:
-            self._log_softmax_nll[x.dtype.name]((n,), (_CE_BLOCK,), (x, t, lsm, picked, c))
+            self._log_softmax_nll[x.dtype.char]((n,), (_CE_BLOCK,), (x, t, lsm, picked, c))
         return lsm, self._nll_reduce(picked, n if mean else 1)
 
     def nll(self, lsm: Any, t: Any, mean: bool) -> Any:
@@ -501,6 +502,10 @@ class Fused(_Table):
         refuse as they always did), and so does a parameter met a second time (one launch
         would update it twice at once; after the launch, on the same stream, it is in order). Returns ``(launches, rest)``: ``launches`` maps ``(dtype
         name, GPU index)`` to ``[(i, [address or 0 per array], numel), ...]``."""
+        # This runs once per step over every parameter, so it compares dtypes by identity
+        # (numpy's built-in dtypes are singletons; any other float32 spelling, a byte-swapped
+        # one say, merely takes the single-tensor path) and keys by dtype.char, not .name (a
+        # Python-level property in numpy).
         launches: dict = {}
         rest = []
         seen = set()  # parameter addresses: a parameter listed twice is updated twice, in order
@@ -508,7 +513,7 @@ class Fused(_Table):
         for i, group in enumerate(arrays):
             first = group[0]
             dtype, shape = first.dtype, first.shape
-            if dtype.char not in "fd":
+            if dtype is not _F32 and dtype is not _F64:
                 rest.append(i)
                 continue
             where = []
@@ -517,7 +522,7 @@ class Fused(_Table):
                 if a is None:
                     where.append(0)
                     continue
-                if a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                if a.dtype is not dtype or a.shape != shape or not a.flags.c_contiguous:
                     break
                 ptr, index = address(a)
                 if device is not None and index != device:
@@ -527,12 +532,13 @@ class Fused(_Table):
             else:
                 if where[0] not in seen:
                     seen.add(where[0])
-                    launches.setdefault((dtype.name, device), []).append((i, where, first.size))
+                    launches.setdefault((dtype.char, device), []).append((i, where, first.size))
                     continue
             rest.append(i)
         return launches, rest
 
     def _launch_multi(self, name: str, dtype: str, device: int, record: Any, count: int, largest: int) -> None:
+        # (dtype: a dtype.char, "f" or "d")
         """Launch the multi-tensor kernel ``name`` on GPU ``device`` for the ``count`` tensors
         of ``record``: a row of blocks per tensor (``blockIdx.y``), enough for the largest."""
         blocks = min(-(-largest // _THREADS), _MAX_BLOCKS_X)
