@@ -307,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch = None if args.no_torch else try_import_torch()
     torch_cuda = torch is not None and torch.cuda.is_available()
-    mlp_backends: list = [Ours("cuda"), Ours("cpu"), CupyByHand()]
+    mlp_backends: list = [Ours("cuda"), Ours("cpu")]
+    if hasattr(devices.get("cuda").kernels, "cross_entropy_forward"):  # (absent in older trees: THREADGRAD_TREE)
+        mlp_backends.append(CupyByHand())
     chain_backends: list = [Ours("cuda")]
     if torch_cuda:
         mlp_backends += [Torch(torch, "cuda"), Torch(torch, "cpu")]
