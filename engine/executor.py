@@ -162,9 +162,10 @@ needs one per ``max_recursion_depth`` levels), idle threads retire after
 
 Note [Continuation]
 ~~~~~~~~~~~~~~~~~~~
-When a node's routing makes cpu successors ready and this thread serves the owner queue,
-the highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``)
-and the others are queued. Before running it, ``_thread_main`` compares its key with the
+When a node's routing makes successors ready that are bound for the queue this thread serves
+(cpu work of a task whose owner queue it serves; a device worker's own device's work), the
+highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``) and
+the others are queued. Before running it, ``_thread_main`` compares its key with the
 queue's top: if a queued task comes first, the successor is pushed after all; else it runs
 at once. Among equal keys (every AccumulateGrad has the same one) tasks pop in the order they
 became ready, as torch's heap (libstdc++'s) gives for up to three equal keys: a successor
@@ -172,11 +173,13 @@ kept back takes its place in that order (``tie``) once a later one is queued, so
 precedes what became ready after it (a hook that raises on the first leaf stops the backward
 before the second leaf is reached, as in torch). That is exactly the order a push
 and a pop would give (the thread pops the highest-priority task, and only this thread pops
-its queue, so the top cannot be taken away meanwhile), minus a heap push, a pop and a lock
-round trip per node. On a chain every node continues this way; on the wide graph of
-benchmarks/ the nodes of each branch do (they outrank the other branches' queued nodes,
-being recorded later): its backward went from 39,683 to 33,972 instructions per node
-(benchmarks/instructions.py). ``test_run_order_is_the_priority_schedule_on_random_graphs``
+its queue, so the top cannot be taken away meanwhile; other threads only push, and a push
+that lands just after the look at the top is one that could have landed just after a pop),
+minus a heap push, a pop and a lock round trip per node. On a chain every node continues
+this way; on the wide graph of benchmarks/ the nodes of each branch do (they outrank the
+other branches' queued nodes, being recorded later): its backward went from 39,683 to 33,972
+instructions per node (benchmarks/instructions.py). A device worker does the same for its
+own device's nodes (a GPU chain's backward: benchmarks/gpu.py's chain row). ``test_run_order_is_the_priority_schedule_on_random_graphs``
 checks the order against a simulated priority schedule. A failed GraphTask drops the
 successor like any queued task (Note [Errors]). A parallel task's threads keep their
 successor without the comparison (Note [Parallel cpu workers]).
@@ -1086,9 +1089,9 @@ class Engine:
         try:
             while True:
                 if _profiler is None:
-                    nxt = run(gt, node, inputs, True, priv)
+                    nxt = run(gt, node, inputs, q, priv)
                 else:  # See Note [Profiler hooks]
-                    nxt = _profiler.run_node(run, gt, node, inputs, True, priv)
+                    nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
                 if nxt is not None:
                     node, inputs, _ = nxt
                     nxt = None
@@ -1173,9 +1176,9 @@ class Engine:
                         _install(gt)
                         current = gt
                     if _profiler is None:
-                        nxt = run(gt, node, inputs, q is gt.owner_queue, priv)
+                        nxt = run(gt, node, inputs, q, priv)
                     else:  # See Note [Profiler hooks]
-                        nxt = _profiler.run_node(run, gt, node, inputs, q is gt.owner_queue, priv)
+                        nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
                     if gt.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:
@@ -1211,10 +1214,11 @@ class Engine:
             if used.saved_hooks:
                 tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
 
-    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, may_defer: bool,
+    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
                   priv: _Private | None = None) -> tuple | None:
         """Run one node and route its outputs (PyTorch's evaluate_function). Returns the one
-        ready cpu successor it kept back to run next on this thread, if ``may_defer``.
+        ready successor bound for ``served``, the queue this thread serves, that it kept back
+        to run next on this thread (Note [Continuation]); ``served`` None keeps none back.
         ``priv``: the private work of this thread in a parallel task (Note [Private work])."""
         outputs = None
         if priv is not None and (fn._hooks is not None or fn.runs_user_code) and (priv or priv.sums):
@@ -1263,7 +1267,7 @@ class Engine:
         try:
             if outputs and gt.error is None:
                 try:
-                    nxt = self._route(gt, fn, outputs, may_defer)
+                    nxt = self._route(gt, fn, outputs, served)
                 except BaseException as e:  # noqa: BLE001
                     # Claim the failure before the decrement, under the lock: once outstanding
                     # can reach 0 on another thread, that thread's _complete must see the error
@@ -1432,13 +1436,14 @@ class Engine:
             gt.captured[idx] = inputs[slot]
         return None
 
-    def _route(self, gt: GraphTask, fn: Node, outputs: Any, may_defer: bool) -> tuple | None:
+    def _route(self, gt: GraphTask, fn: Node, outputs: Any, served: ReadyQueue | None) -> tuple | None:
         """Send each output gradient to its successor's input buffer; queue the successors
         that became ready (caller holds gt.lock, or gt is not shared). One dict operation per edge.
 
-        With ``may_defer`` (this thread serves the owner queue), the highest-priority
-        successor that becomes ready on cpu is not queued but returned, counted as
-        outstanding, for the caller to run next. See Note [Continuation]."""
+        ``served``: the queue this thread serves. The highest-priority successor that becomes
+        ready bound for it (cpu work of a task this thread drives, or work of this device
+        worker's device) is not queued but returned, counted as outstanding, for the caller
+        to run next. See Note [Continuation]."""
         edges = fn.next_edges
         if len(outputs) != len(edges):
             raise RuntimeError(
@@ -1481,7 +1486,7 @@ class Engine:
                 if g is not None:
                     _buffer_add(buf, nr, g, nxt, streams)
                 device = _buffer_device(buf)
-            if may_defer and not device.needs_worker:
+            if served is not None and (self._device_queue(device) if device.needs_worker else gt.owner_queue) is served:
                 if deferred is None:
                     gt.outstanding += 1
                     deferred = (nxt, buf, None)

@@ -441,3 +441,56 @@ def test_run_order_is_the_priority_schedule_on_random_graphs(seed: int) -> None:
     y.backward()
     assert [n.name() for n in ran] == [n.name() for n in expected]
     assert ran == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_run_order_is_the_priority_schedule_on_a_device_worker(seed: int) -> None:
+    """The same on a device worker, which keeps its own device's successors back too (Note
+    [Continuation]): random DAGs on ``virtual:1`` run their nodes in the reference order."""
+    rng = np.random.default_rng(100 + seed)
+    x = engine.tensor([0.3, -0.2], device="virtual:1", requires_grad=True)
+    pool = [x, x * 2.0]
+    for _ in range(40):
+        a = pool[rng.integers(len(pool))]
+        if rng.random() < 0.5:
+            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * 1.5)
+        else:
+            pool.append(a + pool[rng.integers(len(pool))])
+    y = ops.sum(ops.stack(pool[-6:]))
+    ran = []
+    for node in _reference_order(y):
+        if node.name() != "AccumulateGrad":
+            node.register_prehook(lambda g, node=node: ran.append(node))
+    expected = [n for n in _reference_order(y) if n.name() != "AccumulateGrad"]
+    y.backward()
+    assert ran == expected
+
+
+@pytest.mark.timeout(60)
+def test_a_device_worker_runs_a_chain_without_queueing_each_node(monkeypatch) -> None:
+    """Note [Continuation] on a device worker: a chain's nodes on its device continue on the
+    worker thread, so its queue gets the root's task and nothing per node."""
+    from threadgrad.engine import executor as executor_mod
+
+    pushes = []
+    real = executor_mod._WorkerQueue.push
+
+    def counting(self, prio, gt, node, inputs, tie=None):
+        if gt is not None:
+            pushes.append(node.name())
+        return real(self, prio, gt, node, inputs, tie)
+
+    x = engine.tensor(np.linspace(-1, 1, 5), device="virtual:1", requires_grad=True)
+    h = x
+    for i in range(50):
+        h = ops.tanh(h) if i % 2 == 0 else h * 1.01
+    y = h.sum()
+    monkeypatch.setattr(executor_mod._WorkerQueue, "push", counting)
+    y.backward()
+    assert pushes == ["SumBackward0"]
+    xc = engine.tensor(np.linspace(-1, 1, 5), requires_grad=True)
+    h = xc
+    for i in range(50):
+        h = ops.tanh(h) if i % 2 == 0 else h * 1.01
+    h.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xc.grad.numpy(), rtol=1e-14)

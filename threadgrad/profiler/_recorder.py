@@ -98,10 +98,10 @@ class _Recorder:
         return n
 
     # -- executor hooks (See Note [Profiler hooks] in engine/executor.py) ----------------
-    def run_node(self, run: Callable, gt: Any, node: Any, inputs: list, may_defer: bool,
+    def run_node(self, run: Callable, gt: Any, node: Any, inputs: list, served: Any,
                  priv: list | None = None) -> Any:
         if gt.error is not None:  # a failed task's node is dropped, not run: nothing to show
-            return run(gt, node, inputs, may_defer, priv)
+            return run(gt, node, inputs, served, priv)
         row = self.row()
         name = node.name()
         device = _executor._buffer_device(inputs) if inputs else _executor._cpu
@@ -111,7 +111,7 @@ class _Recorder:
             self._running[key] = self._running.get(key, 0) + 1
         t0 = _now()
         try:
-            return run(gt, node, inputs, may_defer, priv)
+            return run(gt, node, inputs, served, priv)
         finally:
             t1 = _now()
             try:
