@@ -352,6 +352,10 @@ class Fused(_Table):
                              f"threadgrad_log_softmax_nll_{ctype}")
             for dt, ctype in (("f", "float"), ("d", "double"))}
         self._nll_reduce = rk("T x, int64 count", "T y", "x", "a + b", "y = a / (T)count", "0", "threadgrad_nll_reduce")
+        self._mse = rk("T a, T b, int64 count", "T y", "(a - b) * (a - b)", "a + b", "y = a / (T)count", "0",
+                       "threadgrad_mse")
+        self._mse_grad = ek("T g, T a, T b, float64 norm", "T z", "z = (a - b) * ((T)norm * g)",
+                            "threadgrad_mse_backward")
         self._targets = rk("T t, int64 ignore, int64 n", "int32 code",
                            "t == ignore ? 1 : ((t < 0 || t >= n) ? 2 : 0)", "a | b", "code = a", "0",
                            "threadgrad_class_index_check")
@@ -467,6 +471,16 @@ class Fused(_Table):
         if n:
             self._log_softmax_nll[x.dtype.char]((n,), (_CE_BLOCK,), (x, t, lsm, picked, c))
         return lsm, self._nll_reduce(picked, n if mean else 1)
+
+    def mse(self, a: Any, b: Any, mean: bool) -> Any:
+        """mse_loss of same-shape, same-dtype float32/64 arrays: ``sum((a - b)**2)``, divided
+        by the size when ``mean``, in one reduction."""
+        return self._mse(a, b, a.size if mean else 1)
+
+    def mse_grad(self, g: Any, a: Any, b: Any, mean: bool) -> Any:
+        """:meth:`mse`'s gradient for ``a``, torch's formula ``(a - b) * (norm * g)`` with
+        ``norm`` 2/size (``mean``) or 2; ``g`` is the loss's (0-d) gradient. One kernel."""
+        return self._mse_grad(g, a, b, 2.0 / a.size if mean else 2.0)
 
     def nll(self, lsm: Any, t: Any, mean: bool) -> Any:
         """cross_entropy's loss from log-probabilities ``lsm`` (N, C) and valid targets ``t``

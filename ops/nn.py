@@ -334,8 +334,43 @@ def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # 
 
 def squared_error(input: Tensor, target: Any, reduction: str) -> Tensor:  # noqa: A002 - torch's name
     """mse_loss after its checks and warning (``tg.nn.functional.mse_loss`` warns at its own caller)."""
+    if (reduction in ("mean", "sum") and isinstance(target, Tensor) and input.device.kernels.fused
+            and target.device is input.device and target.shape == input.shape
+            and input._data.dtype is target._data.dtype and input._data.dtype.char in "fd"):
+        check_tensor(target, "mse_loss", "target")  # (a stale view is brought up to date here)
+        return _mse_fused(input, target, reduction == "mean")
     d = sub(input, target)
     return _reduce(mul(d, d), reduction, "mse_loss")
+
+
+class MseLossBackward0(Node):
+    """mse_loss of two tensors of one shape on a device with fused kernels, as one node (torch's
+    name): the loss in one reduction, its gradient ``(input - target) * (norm * g)``, torch's
+    formula, in one kernel (Note [Fused kernels] in devices/_fused.py); the target's is its
+    negation. Under ``create_graph`` the same formula is recorded with ops."""
+
+    __slots__ = ("mean",)
+
+    def backward(self, g: Tensor) -> tuple:
+        ea, eb = self.next_edges
+        if not tls.grad_enabled:
+            ad, bd = self.saved_arrays()
+            dev = g.device
+            ga = dev.kernels.mse_grad(g._data, ad, bd, self.mean)
+            return (owned_gradient(ga, dev, ea[0]) if ea[0] is not None else None,
+                    owned_gradient(-ga, dev, eb[0]) if eb[0] is not None else None)
+        a, b = self.saved_tensors()
+        ga = mul(sub(a, b), mul(g, 2.0 / a.numel() if self.mean else 2.0))
+        return (ga if ea[0] is not None else None, neg(ga) if eb[0] is not None else None)
+
+
+def _mse_fused(input: Tensor, target: Tensor, mean: bool) -> Tensor:  # noqa: A002 - torch's name
+    out = _wrap(input.device.kernels.mse(input._data, target._data, mean), input.device)
+    if tls.grad_enabled and (input._rg or target._rg):
+        node = MseLossBackward0()
+        node.mean = mean
+        record(node, (input, target), out, (input, target))
+    return out
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

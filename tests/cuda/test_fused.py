@@ -292,3 +292,24 @@ def test_cross_entropy_forward_kernel_nan_and_inf_rows_equal_the_cpu():
             want = ops.cross_entropy(engine.tensor(logits[row:row + 1]), engine.tensor(target[row:row + 1]),
                                      reduction="sum").item()
             np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_fused_mse_loss_equals_cpu_first_and_second_order(reduction, dtype):
+    rng = np.random.default_rng(14)
+    a0, b0 = rng.standard_normal((300, 17)).astype(dtype), rng.standard_normal((300, 17)).astype(dtype)
+    a, b = engine.tensor(a0, device=CUDA, requires_grad=True), engine.tensor(b0, device=CUDA, requires_grad=True)
+    ac, bc = engine.tensor(a0, requires_grad=True), engine.tensor(b0, requires_grad=True)
+    loss, want = ops.mse_loss(a, b, reduction=reduction), ops.mse_loss(ac, bc, reduction=reduction)
+    assert loss.grad_fn.name() == "MseLossBackward0"
+    close(loss.data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
+    loss.backward()
+    want.backward()
+    close(a.grad.data, cupy.asarray(ac.grad.numpy()), dtype, loose=10)
+    close(b.grad.data, cupy.asarray(bc.grad.numpy()), dtype, loose=10)
+    (g,) = engine.grad(ops.mse_loss(a, b, reduction=reduction), a, create_graph=True)
+    (gc,) = engine.grad(ops.mse_loss(ac, bc, reduction=reduction), ac, create_graph=True)
+    (h,) = engine.grad((g * g).sum(), a)
+    (hc,) = engine.grad((gc * gc).sum(), ac)
+    close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)

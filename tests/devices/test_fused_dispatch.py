@@ -71,6 +71,8 @@ def _sim(name):
         "threadgrad_mul": lambda a, b: a * b,
         "threadgrad_nll": lambda lsm, t, c: -lsm.reshape(-1)[np.arange(len(t)) * c + t],
         "threadgrad_nll_reduce": lambda x, count: x.sum() / count,
+        "threadgrad_mse": lambda a, b, count: ((a - b) * (a - b)).sum() / count,
+        "threadgrad_mse_backward": lambda g, a, b, norm: (a - b) * (norm * g),
         "threadgrad_cross_entropy_backward": lambda lsm, t, g, scale, c: (
             (np.exp(lsm) - (np.arange(lsm.size).reshape(lsm.shape) % c == t[:, None])) * (g[0] * scale)),
         "threadgrad_div_backward_b": lambda g, a, b: -(g * a / (b * b)),
@@ -313,6 +315,44 @@ def _nan_and_inf_rows(kcuda, logits, target):
         w = ops.cross_entropy(engine.tensor(logits[row:row + 1]), engine.tensor(target[row:row + 1]),
                               reduction="sum").item()
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("target_grad", [False, True])
+def test_mse_loss_is_one_fused_node_on_cuda(kcuda, reduction, target_grad):
+    """mse_loss of two same-shape tensors: one reduction forward, one kernel backward, torch's
+    node name; values and both gradients as on cpu, and double backward records ops."""
+    rng = np.random.default_rng(6)
+    a0, b0 = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    a = engine.tensor(a0, device=kcuda, requires_grad=True)
+    b = engine.tensor(b0, device=kcuda, requires_grad=target_grad)
+    kcuda.xp.launches.clear()
+    loss = ops.mse_loss(a, b, reduction=reduction)
+    assert loss.grad_fn.name() == "MseLossBackward0"
+    loss.backward()
+    assert kcuda.xp.launches == ["threadgrad_mse", "threadgrad_mse_backward"]
+    ac, bc = engine.tensor(a0, requires_grad=True), engine.tensor(b0, requires_grad=target_grad)
+    want = ops.mse_loss(ac, bc, reduction=reduction)
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-14)
+    np.testing.assert_allclose(a.grad.numpy(), ac.grad.numpy(), rtol=1e-14)
+    if target_grad:
+        np.testing.assert_allclose(b.grad.numpy(), bc.grad.numpy(), rtol=1e-14)
+    (g,) = engine.grad(ops.mse_loss(a, b, reduction=reduction), a, create_graph=True)
+    (h,) = engine.grad((g * g).sum(), a)  # d/da sum(g^2) = 2 g * norm
+    norm = 2.0 / a0.size if reduction == "mean" else 2.0
+    np.testing.assert_allclose(h.numpy(), 2 * (a0 - b0) * norm * norm, rtol=1e-12)
+
+
+def test_mse_loss_keeps_the_ops_form_for_broadcast_targets_and_none(kcuda):
+    a0, b0 = np.arange(6.0).reshape(2, 3), np.array([1.0, 0.5, -1.0])
+    a = engine.tensor(a0, device=kcuda, requires_grad=True)
+    with pytest.warns(UserWarning, match="different to the input size"):
+        loss = ops.mse_loss(a, engine.tensor(b0, device=kcuda))
+    assert loss.grad_fn.name() != "MseLossBackward0"
+    none = ops.mse_loss(a, engine.tensor(a0 * 0.5, device=kcuda), reduction="none")
+    assert none.shape == (2, 3) and none.grad_fn.name() != "MseLossBackward0"
+    np.testing.assert_allclose(loss.item(), ((a0 - b0) ** 2).mean(), rtol=1e-14)
 
 
 def test_cross_entropy_checks_targets_with_one_kernel(kcuda):
