@@ -275,6 +275,105 @@ extern "C" __global__ void NAME(const AdamArgs a) {
 """
 
 
+# clip_grad_norm_ (Note [Multi-tensor updates]): the gradients' norms and their scaling with
+# no read of the GPU. ``kind`` is the norm: 0 the 2-norm, 1 the 1-norm, 2 the inf-norm. As
+# torch computes it: each tensor's norm, then the norm of those norms, then the coefficient
+# clamp(max_norm / (total + 1e-6), max=1) in the gradients' dtype, and every gradient times it.
+_NORM_STRUCT = _struct_dtype(("grad",), (), ("out", "kind"))
+_NORM_PARTIAL_SOURCE = _c_struct("NormArgs", _NORM_STRUCT) + r"""
+__device__ __forceinline__ T fold(T acc, T v, long long kind) {
+  v = v < (T)0 ? -v : v;
+  if (kind == 0) return acc + v * v;
+  if (kind == 1) return acc + v;
+  return (v != v || v > acc) ? v : acc;  // max, a NaN wins
+}
+__device__ __forceinline__ T combine(T a, T b, long long kind) {
+  if (kind == 2) return (b != b || b > a) ? b : a;
+  return a + b;
+}
+extern "C" __global__ void NAME(const NormArgs a) {
+  __shared__ T red[THREADS];
+  const int t = blockIdx.y;
+  const long long n = a.numel[t];
+  const T* g = (const T*)a.grad[t];
+  T acc = 0;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) acc = fold(acc, g[i], a.kind);
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] = combine(red[threadIdx.x], red[threadIdx.x + s], a.kind);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) ((T*)a.out)[(long long)t * gridDim.x + blockIdx.x] = red[0];
+}
+""".replace("THREADS", str(_THREADS))
+
+# One block per tensor: its blocks' partials, then its norm (the root of the sum of squares).
+_NORM_FINISH_SOURCE = r"""
+extern "C" __global__ void NAME(const T* partial, const long long blocks, const long long kind, T* norms) {
+  __shared__ T red[THREADS];
+  const T* p = partial + (long long)blockIdx.x * blocks;
+  T acc = 0;
+  for (long long j = threadIdx.x; j < blocks; j += THREADS) {
+    T v = p[j];
+    acc = kind == 2 ? ((v != v || v > acc) ? v : acc) : acc + v;
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      T b = red[threadIdx.x + s];
+      red[threadIdx.x] = kind == 2 ? ((b != b || b > red[threadIdx.x]) ? b : red[threadIdx.x]) : red[threadIdx.x] + b;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) norms[blockIdx.x] = kind == 0 ? SQRT(red[0]) : red[0];
+}
+""".replace("THREADS", str(_THREADS))
+
+# One block: the norm of the norms, written to out[0], and the clipping coefficient to out[1].
+_NORM_TOTAL_SOURCE = r"""
+extern "C" __global__ void NAME(const T* norms, const long long count, const long long kind,
+                                const double max_norm, T* out) {
+  __shared__ T red[THREADS];
+  T acc = 0;
+  for (long long j = threadIdx.x; j < count; j += THREADS) {
+    T v = norms[j];
+    acc = kind == 0 ? acc + v * v : (kind == 1 ? acc + v : ((v != v || v > acc) ? v : acc));
+  }
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      T b = red[threadIdx.x + s];
+      red[threadIdx.x] = kind == 2 ? ((b != b || b > red[threadIdx.x]) ? b : red[threadIdx.x]) : red[threadIdx.x] + b;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const T total = kind == 0 ? SQRT(red[0]) : red[0];
+    const T c = (T)max_norm / (total + (T)1e-6);
+    out[0] = total;
+    out[1] = (c != c || c < (T)1) ? c : (T)1;  // clamp(max=1); a NaN stays NaN, as torch's clamp
+  }
+}
+""".replace("THREADS", str(_THREADS))
+
+_SCALE_SOURCE = _c_struct("NormArgs", _NORM_STRUCT) + r"""
+extern "C" __global__ void NAME(const NormArgs a) {
+  const int t = blockIdx.y;
+  const long long n = a.numel[t];
+  T* g = (T*)a.grad[t];
+  const T c = *(const T*)a.out;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) g[i] = g[i] * c;
+}
+"""
+_NORM_KINDS = {2.0: 0, 1.0: 1, math.inf: 2}
+_NORM_BLOCKS_X = 64  # partial sums per tensor: few enough for one block to finish them
+
+
 # cross_entropy's forward on (N, C) logits: one block per row computes the row's log_softmax
 # as ops/activation.py does (shifted by the row's max, NaN-propagating, and by 0 where the max
 # is not finite), writes it, and writes the row's loss ``-lsm[row, t[row]]`` with the same
@@ -411,6 +510,11 @@ class Fused(_Table):
         for dt, ctype in (("f", "float"), ("d", "double")):
             for name, source in (("sgd", _SGD_SOURCE), ("adam", _ADAM_SOURCE)):
                 kernel_name = f"threadgrad_{name}_multi_{ctype}"
+                self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
+        for name, source in (("norm_partial", _NORM_PARTIAL_SOURCE), ("norm_finish", _NORM_FINISH_SOURCE),
+                             ("norm_total", _NORM_TOTAL_SOURCE), ("scale", _SCALE_SOURCE)):
+            for dt, ctype in (("f", "float"), ("d", "double")):
+                kernel_name = f"threadgrad_{name}_{ctype}"
                 self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
         if hasattr(xp, "cuda"):
             self._address = _cupy_address
@@ -638,6 +742,58 @@ class Fused(_Table):
                 self._adam_amsgrad(*args, maxes[i])
             else:
                 self._adam(*args)
+
+
+    def clip_norm(self, grads: Sequence[Any], max_norm: float, norm_type: float) -> Optional[Any]:
+        """The first half of ``clip_grad_norm_`` over raw gradient arrays, with no read of the
+        GPU: a (2,) array of their dtype holding the total ``norm_type`` norm and the clipping
+        coefficient ``clamp(max_norm / (total + 1e-6), max=1)``, in four launches for up to 32
+        gradients. None when the arrays do not fit the kernels (another norm than 1, 2 or inf,
+        mixed dtypes, a non-contiguous or repeated array, several GPUs, none at all): the
+        caller computes it with ops. See Note [Multi-tensor updates]."""
+        kind = _NORM_KINDS.get(float(norm_type))
+        if kind is None or not grads:
+            return None
+        launches, rest = self._multi_tensor_groups([(g,) for g in grads])
+        if rest or len(launches) != 1:
+            return None
+        ((dtype, device), items), = launches.items()
+        xp = self.xp
+        largest = max(size for _, _, size in items)
+        blocks = max(1, min(-(-largest // _THREADS), _NORM_BLOCKS_X))
+        with self._on_device(device):
+            first = grads[items[0][0]]
+            partial = xp.empty(_SLOTS * blocks, dtype=first.dtype)
+            norms = xp.empty(len(items), dtype=first.dtype)
+            out = xp.empty(2, dtype=first.dtype)
+            for c in range(0, len(items), _SLOTS):
+                chunk = items[c:c + _SLOTS]
+                k = len(chunk)
+                r = numpy.zeros((), _NORM_STRUCT)
+                r["grad"][:k] = [w[0] for _, w, _ in chunk]
+                r["numel"][:k] = [size for _, _, size in chunk]
+                r["out"], r["kind"] = self._address(partial)[0], kind
+                self._multi["norm_partial", dtype]((blocks, k), (_THREADS,), (r[()],))
+                self._multi["norm_finish", dtype]((k,), (_THREADS,), (partial, blocks, kind, norms[c:c + k]))
+            self._multi["norm_total", dtype]((1,), (_THREADS,), (norms, len(items), kind, float(max_norm), out))
+        return out
+
+    def scale_(self, grads: Sequence[Any], coef: Any) -> None:
+        """Multiply every array of ``grads`` in place by the one-element device array ``coef``
+        (:meth:`clip_norm`'s ``out[1:]``), in one launch per 32 arrays, with no read of the
+        GPU; for the arrays :meth:`clip_norm` accepted."""
+        launches, rest = self._multi_tensor_groups([(g,) for g in grads])
+        assert not rest and len(launches) == 1, "scale_ takes the arrays clip_norm took"
+        ((dtype, device), items), = launches.items()
+        address = self._address(coef)[0]
+        for c in range(0, len(items), _SLOTS):
+            chunk = items[c:c + _SLOTS]
+            k = len(chunk)
+            r = numpy.zeros((), _NORM_STRUCT)
+            r["grad"][:k] = [w[0] for _, w, _ in chunk]
+            r["numel"][:k] = [size for _, _, size in chunk]
+            r["out"] = address
+            self._launch_multi("scale", dtype, device, r, k, max(size for _, _, size in chunk))
 
 
 _tables: dict = {}

@@ -313,3 +313,22 @@ def test_fused_mse_loss_equals_cpu_first_and_second_order(reduction, dtype):
     (h,) = engine.grad((g * g).sum(), a)
     (hc,) = engine.grad((gc * gc).sum(), ac)
     close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_norm_and_scale_equal_torchs_clip_grad_norm(norm_type, max_norm, dtype):
+    """The multi-tensor norm and scaling (Note [Multi-tensor updates]) against torch's own
+    clip_grad_norm_ on the same GPU: 40 gradients, one bigger than a launch's blocks cover."""
+    torch = pytest.importorskip("torch")
+    grads = [rand(120 + i, s, dtype) for i, s in enumerate([(600_001,), (0, 3)] + [(i % 5 + 1, 7) for i in range(38)])]
+    params = [torch.zeros(tuple(g.shape), dtype=getattr(torch, np.dtype(dtype).name), device="cuda") for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = torch.as_tensor(g, device="cuda").clone()
+    want = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type)
+    out = K.clip_norm(grads, max_norm, norm_type)
+    K.scale_(grads, out[1:])
+    close(out[0], cupy.asarray(want), dtype, loose=50)
+    for g, p in zip(grads, params):
+        close(g, cupy.asarray(p.grad), dtype, loose=50)

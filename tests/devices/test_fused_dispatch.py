@@ -117,16 +117,24 @@ class _RawKernel:
     struct it is given as the CUDA code does, and updates the arrays at its addresses in numpy."""
 
     def __init__(self, launches, code, name):
-        assert name in code and ("struct" in code or "log_softmax" in name)
+        assert name in code
         self.name, self.launches = name, launches
         self.dtype = np.float32 if name.endswith("_float") else np.float64
-        self.kind = name.split("_")[1]  # sgd, adam, or log (log_softmax_nll)
+        self.kind = name.split("_")[1]  # sgd, adam, log (log_softmax_nll), norm (partial, finish, total), scale
 
     def __call__(self, grid, block, args):
         self.launches.append(self.name)
         if self.kind == "log":
             return self._log_softmax_nll(grid, block, *args)
+        if self.kind == "norm":
+            return getattr(self, "_" + self.name.split("_")[2])(grid, block, *args)
         (r,) = args
+        if self.kind == "scale":
+            coef = _memory(int(r["out"]), 1, self.dtype)[0]
+            for t in range(grid[1]):
+                g = _memory(int(r["grad"][t]), int(r["numel"][t]), self.dtype)
+                g *= coef
+            return None
         assert grid[0] >= 1 and 1 <= grid[1] <= 32 and block == (256,)
         for t in range(grid[1]):
             n = int(r["numel"][t])
@@ -149,6 +157,36 @@ class _RawKernel:
                                         mem("param"), mem("exp_avg"), mem("exp_avg_sq"),
                                         mem("max_exp_avg_sq") if r["amsgrad"] else None)
 
+
+    @staticmethod
+    def _fold(values, kind):
+        a = np.abs(values)
+        if kind == 2:
+            return np.max(a, initial=0) if not np.isnan(a).any() else np.nan
+        return (a * a).sum() if kind == 0 else a.sum()
+
+    def _partial(self, grid, block, r):
+        # each block bx folds the elements its threads stride over: i // 256 == bx (mod blocks)
+        blocks = grid[0]
+        out = _memory(int(r["out"]), grid[1] * blocks, self.dtype)
+        for t in range(grid[1]):
+            n = int(r["numel"][t])
+            g = _memory(int(r["grad"][t]), n, self.dtype)
+            owner = (np.arange(n) // 256) % blocks
+            for bx in range(blocks):
+                out[t * blocks + bx] = self._fold(g[owner == bx], int(r["kind"]))
+
+    def _finish(self, grid, block, partial, blocks, kind, norms):
+        for t in range(grid[0]):
+            p = partial[t * blocks:(t + 1) * blocks]
+            acc = (np.nan if np.isnan(p).any() else p.max()) if kind == 2 else p.sum()
+            norms[t] = np.sqrt(acc) if kind == 0 else acc
+
+    def _total(self, grid, block, norms, count, kind, max_norm, out):
+        total = self._fold(norms[:count], kind)
+        total = np.sqrt(total) if kind == 0 else total
+        c = self.dtype(max_norm) / (self.dtype(total) + self.dtype(1e-6))
+        out[0], out[1] = total, c if (np.isnan(c) or c < 1) else 1
 
     def _log_softmax_nll(self, grid, block, x, t, lsm, picked, c):
         # one block per row; log_softmax as ops/activation.py's _shifted computes it
@@ -499,6 +537,49 @@ def test_fused_adam_groups_tensors_into_launches_with_per_tensor_steps():
                                                                                       "threadgrad_adam_amsgrad"])
     for a, b in zip(p1 + sum(st1, []), p2 + sum(st2, [])):
         np.testing.assert_allclose(a, b, rtol=1e-5 if a.dtype == np.float32 else 1e-13)
+
+
+def _torch_like_clip(grads, max_norm, norm_type):
+    """torch's clip_grad_norm_ arithmetic over numpy arrays: each norm, the norm of the norms,
+    the coefficient in the gradients' dtype."""
+    dt = grads[0].dtype.type
+    norms = np.array([np.linalg.norm(g.ravel(), norm_type) for g in grads], dtype=dt)
+    total = dt(np.linalg.norm(norms, norm_type))
+    coef = min(dt(max_norm) / (total + dt(1e-6)), dt(1.0))
+    return total, [g * coef for g in grads]
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_norm_computes_torchs_norm_and_scales_with_no_read(norm_type, dtype):
+    """Note [Multi-tensor updates]: four launches for the norm and coefficient (per tensor,
+    per tensor's norm, the total, then the scaling), more than a launch's 32 tensors, and the
+    values of torch's arithmetic."""
+    xp = _kernel_xp()
+    table = _fused.Fused(xp)
+    rng = np.random.default_rng(9)
+    grads = [rng.standard_normal(s).astype(dtype) for s in [(700,), (3, 5), (0,)] + [(4,)] * 35]
+    want_total, want = _torch_like_clip(grads, 0.5, norm_type)
+    out = table.clip_norm(grads, 0.5, norm_type)
+    ctype = "float" if dtype == np.float32 else "double"
+    assert xp.launches == [f"threadgrad_norm_partial_{ctype}", f"threadgrad_norm_finish_{ctype}"] * 2 + [
+        f"threadgrad_norm_total_{ctype}"]
+    table.scale_(grads, out[1:])
+    assert xp.launches[-2:] == [f"threadgrad_scale_{ctype}"] * 2
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(out[0], want_total, rtol=tol)
+    for g, w in zip(grads, want):
+        np.testing.assert_allclose(g, w, rtol=tol)
+
+
+def test_clip_norm_declines_what_its_kernels_do_not_take():
+    table = _fused.Fused(_kernel_xp())
+    a, b = np.ones(3), np.ones(3, np.float32)
+    assert table.clip_norm([a, b], 1.0, 2.0) is None  # mixed dtypes
+    assert table.clip_norm([a, a], 1.0, 2.0) is None  # one array twice
+    assert table.clip_norm([np.ones((3, 2)).T], 1.0, 2.0) is None  # not C-contiguous
+    assert table.clip_norm([a], 1.0, 3.0) is None  # a p-norm without a kernel
+    assert table.clip_norm([], 1.0, 2.0) is None
 
 
 def test_fused_updates_leave_float16_to_the_plain_form():
