@@ -17,7 +17,9 @@ Workloads:
   forward, backward, parameter update (threadgrad: the device's multi-tensor ``sgd`` of
   devices/_fused.py; torch: ``torch.optim.SGD``, multi-tensor on cuda). Timed from the first op to the device being idle
   again (``synchronize``), so queued GPU work is counted. A control, ``cupy by hand``, makes
-  the same cupy launches with no autograd at all: the floor for an engine over cupy.
+  the same cupy launches with no autograd at all: the floor for an engine over cupy. Two more
+  rows run the step as a torch program writes it (``nn.Sequential``, ``nn.CrossEntropyLoss``,
+  ``optim.SGD``, ``zero_grad``), the same code on torch and on threadgrad.
 * **chain**: the engine-overhead chain of benchmarks/engine_overhead.py on the GPU: ``N``
   ops alternating ``tanh(x)`` and ``x * c`` on a (16,) float64 array, then ``sum``. The
   arrays are tiny, so this measures what the engine and the kernel launches cost per node
@@ -147,6 +149,47 @@ class CupyByHand:
             if i:
                 g = k.relu_grad(g @ params[i], outs[i // 2 - 1])
         step(grads)
+
+
+class ModuleProgram:
+    """The MLP step as a torch program writes it: ``nn.Sequential`` of ``nn.Linear`` and
+    ``nn.ReLU``, ``nn.CrossEntropyLoss``, ``optim.SGD``, ``zero_grad()`` / ``backward()`` /
+    ``step()``, the same code run by torch or by threadgrad (``lib``), each with its own
+    default initialization."""
+
+    def __init__(self, lib: Any, device: str, name: str) -> None:
+        self.lib, self.device, self.name = lib, device, name
+
+    def sync(self) -> None:
+        if self.lib.__name__ == "torch":
+            self.lib.cuda.synchronize()
+        else:
+            devices.get(self.device).synchronize()
+
+    def tensor(self, a: numpy.ndarray, requires_grad: bool = False) -> Any:
+        return self.lib.tensor(a, device=self.device)
+
+    def optimizer(self, params: list, lr: float) -> Callable[[Any, Any], None]:
+        nn = self.lib.nn
+        sizes = [params[0].shape[1]] + [p.shape[0] for p in params[0::2]]
+        layers: list = []
+        for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layers.append(nn.Linear(fan_in, fan_out))
+            if i + 2 < len(sizes):
+                layers.append(nn.ReLU())
+        model = nn.Sequential(*layers).to(self.device)
+        opt = self.lib.optim.SGD(model.parameters(), lr=lr)
+        criterion = nn.CrossEntropyLoss()
+
+        def step(x: Any, y: Any) -> None:
+            opt.zero_grad()
+            criterion(model(x), y).backward()
+            opt.step()
+
+        return step
+
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[Any, Any], None]) -> None:
+        step(x, y)
 
 
 class Torch:
@@ -314,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     if torch_cuda:
         mlp_backends += [Torch(torch, "cuda"), Torch(torch, "cpu")]
         chain_backends.append(Torch(torch, "cuda"))
+    import threadgrad  # noqa: PLC0415 - this tree's (see _common.py)
+
+    programs = hasattr(getattr(threadgrad, "nn", None), "Sequential")  # (absent in older trees)
+    if programs:
+        mlp_backends.append(ModuleProgram(threadgrad, "cuda", "threadgrad cuda, nn.Module program"))
+        if torch_cuda:
+            mlp_backends.append(ModuleProgram(torch, "cuda", "torch cuda, nn.Module program"))
 
     t_start = time.perf_counter()
     mlp = measure_mlp(mlp_backends, args)
@@ -328,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(markdown_table(["backend", "ms / step", "speed-up vs threadgrad cpu"], rows))
     if torch_cuda:
         lines += ["", f"threadgrad cuda / torch cuda: {mlp['threadgrad cuda'] / mlp['torch cuda']:.2f}x (above 1: threadgrad slower)"]
+        if programs:
+            ratio = mlp["threadgrad cuda, nn.Module program"] / mlp["torch cuda, nn.Module program"]
+            lines += [f"nn.Module programs, threadgrad / torch: {ratio:.2f}x"]
     lines += ["", f"Chain on the GPU: {args.chain} ops alternating tanh and mul on a (16,) float64 array, then sum "
               f"({args.chain + 2} backward nodes).", ""]
     rows = [[name, fmt(f), fmt(bw)] for name, (f, bw, _) in chain.items()]
