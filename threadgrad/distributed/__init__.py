@@ -109,7 +109,7 @@ class _ProcessGroup:
 
 
 _group: _ProcessGroup | None = None
-_group_lock = threading.Lock()
+_group_lock = threading.Lock()  # read at each use: remade in a forked child (below)
 _previous_excepthook: Any = None
 
 
@@ -305,5 +305,14 @@ def _submit(g: _ProcessGroup, work: Work, async_op: bool) -> Work | None:
     work.wait()
     return None
 
+
+def _remake_group_lock() -> None:
+    """See Note [Locks across fork] in engine/_locks.py."""
+    global _group_lock
+    _group_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_remake_group_lock)
 
 from .ddp import DistributedDataParallel  # noqa: E402 - it uses the group above

@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..engine._locks import remade_at_fork
+
 
 class Work:
     """The handle of an asynchronous collective (torch's ``Work``): ``wait()``,
@@ -89,9 +91,13 @@ class _Watchdog:
         self._abort = abort
         self._works: dict[int, Work] = {}
         self._cond = threading.Condition()
+        remade_at_fork(self)  # See Note [Locks across fork] in engine/_locks.py
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="threadgrad.distributed watchdog", daemon=True)
         self._thread.start()
+
+    def _remake_locks(self) -> None:
+        self._cond = threading.Condition()
 
     def watch(self, work: Work, timeout: float) -> None:
         work.deadline = time.monotonic() + timeout
@@ -129,10 +135,14 @@ class _CommThread:
     def __init__(self, name: str, watchdog: _Watchdog, timeout: float) -> None:
         self._queue: collections.deque[Work | None] = collections.deque()
         self._cond = threading.Condition()
+        remade_at_fork(self)
         self._watchdog = watchdog
         self._timeout = timeout
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+
+    def _remake_locks(self) -> None:
+        self._cond = threading.Condition()
 
     def submit(self, work: Work) -> Work:
         self._watchdog.watch(work, self._timeout)

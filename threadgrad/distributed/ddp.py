@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator
 import numpy
 
 from .. import engine
+from ..engine._locks import remade_at_fork
 from ..engine._state import tls  # which backward a hook runs in (See Note [DDP buckets])
 from ._comm import Work
 
@@ -123,10 +124,14 @@ class DistributedDataParallel:
             for k, i in enumerate(b.params):
                 self._bucket_of[i], self._slot_of[i] = b.index, k
         self._lock = threading.Lock()
+        remade_at_fork(self)  # See Note [Locks across fork] in engine/_locks.py
         self._round: _Round | None = None
         self._require_sync = True
         self._launch_log: list[int] = []  # bucket indices in launch order (tests read it)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook_for(i)) for i, p in enumerate(self.params)]
+
+    def _remake_locks(self) -> None:
+        self._lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------
     def _collective(self, description: str, fn: Any) -> Any:
