@@ -381,10 +381,13 @@ def _objects_with_their_own_locks() -> list[tuple[str, Any, Callable[[], bool]]]
     found.append(("profiler recorder", [rec._rows_lock, rec._running_cv],
                   lambda: (rec.row() is not None, rec._running_cv.acquire(False))[1]))
 
+    from threadgrad.engine._locks import OwnLock
+    from threadgrad.engine.checkpoint import _Recompute
+
     x = f64([1.0, 2.0])
+    before = _registered(_Recompute)
     out = engine.checkpoint(lambda a: ops.mul(ops.sin(a), a), x, use_reentrant=False)
-    node = out.grad_fn
-    recompute = next(v for v in _find_recomputes(node))
+    (recompute,) = [o for o in _registered(_Recompute) if all(o is not b for b in before)]
 
     def checkpoint_backward() -> bool:
         ops.sum(out).backward()
@@ -394,8 +397,9 @@ def _objects_with_their_own_locks() -> list[tuple[str, Any, Callable[[], bool]]]
 
     a, b = f64([1.0]), f64([2.0])
     seen: list = []
+    before = _registered(OwnLock)
     handle = engine.register_multi_grad_hook((a, b), lambda gs: seen.append([g.tolist() for g in gs]))
-    box = _find_own_lock(handle)
+    (box,) = [o for o in _registered(OwnLock) if all(o is not b for b in before)]
 
     def multi_hook() -> bool:
         ops.sum(ops.mul(a, b)).backward()
@@ -416,17 +420,10 @@ def _objects_with_their_own_locks() -> list[tuple[str, Any, Callable[[], bool]]]
     return found
 
 
-def _find_recomputes(node: Any) -> list:
-    from threadgrad.engine.checkpoint import _Recompute
-    import gc
-    return [o for o in gc.get_referents(*gc.get_referents(node)) if isinstance(o, _Recompute)] or \
-        [o for o in gc.get_objects() if isinstance(o, _Recompute)]
-
-
-def _find_own_lock(handle: Any) -> Any:
-    from threadgrad.engine._locks import OwnLock
-    import gc
-    return next(o for o in gc.get_objects() if isinstance(o, OwnLock))
+def _registered(cls: type) -> list:
+    """The live objects of ``cls`` that registered to be remade at fork."""
+    from threadgrad.engine._locks import _owners
+    return [o for o in list(_owners) if type(o) is cls]
 
 
 @pytest.mark.timeout(60)
