@@ -465,3 +465,17 @@ def test_the_profiler_sees_nodes_run_by_helpers(workers):
     roles = sorted(prof.threads())
     assert roles[0].startswith("caller (") and HELPER.match(roles[1].replace("cpu helper ", "threadgrad-cpu-"))
     assert {h.kind for h in prof.handoffs()} == {"thread hand-off"}
+
+
+@pytest.mark.timeout(60)
+def test_set_cpu_workers_zero_after_a_backward_leaves_no_helper_listed(workers):
+    """Issue 34, item 8: right after set_cpu_workers(0) a helper still showed in
+    worker_threads() (it retired on its own time). With no backward running, lowering n now
+    waits for the extra helpers to leave, so they are gone when it returns."""
+    for _ in range(20):
+        workers(2)
+        wide(f64([1.0]), 50).backward()
+        hs = helpers()
+        assert hs
+        workers(0)
+        assert helpers() == [] and not [t.name for t in hs if t.is_alive()]
