@@ -327,7 +327,7 @@ import warnings
 from typing import Any, Callable
 
 from .. import devices
-
+from . import _blas
 from ._state import tls, used
 from .graph import AccumulateGrad, GraphRoot, Node
 from .tensor import disown, engine_sum
@@ -884,6 +884,7 @@ class Engine:
         with self._lock:
             prev = self._helpers.n
             retired = self._helpers.resize(n)
+            _blas.limit_for_workers(n)  # See Note [BLAS threads and cpu workers] in _blas.py
         for t in retired:
             t.join()  # (it has left the list and returns at once)
         return prev
