@@ -211,9 +211,14 @@ def _vector_norm(x: Tensor, p: float, dims: tuple, keepdim: bool) -> Tensor:
     """A real tensor's norm as one node, as torch's ``linalg_vector_norm``."""
     xp = x.device.xp
     d, axis = x._data, dims or None
-    if math.isinf(p) and d.size == 0 and (not dims or any(x.shape[i] == 0 for i in dims)):
-        raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the "
-                           "operation does not have an identity")
+    if math.isinf(p) and d.size == 0:
+        if not dims:
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on an empty tensor because the "
+                               "operation does not have an identity")
+        empty = [i for i in dims if x.shape[i] == 0]
+        if empty:  # (torch's words, its missing space included)
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {p} norm on the dimension {empty[0]}because "
+                               "this dimension is empty and the operation does not have an identity")
     if p == 2:
         data = xp.sqrt(xp.sum(d * d, axis=axis, keepdims=keepdim))
     elif p == 1:
@@ -256,7 +261,7 @@ def norm(x: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtyp
     dims = normalize_dims(dim, x.ndim, "norm")
     red = dims or None
     if x.dtype.kind == "f":
-        return _vector_norm(x, float(p), dims, keepdim)
+        return _vector_norm(x, float(p), dims if dim is not None else (), keepdim)
     # complex: the composition below (its gradients at ties and zeros are not torch's yet)
     if p == 2:
         return _masked_sqrt(_sum(mul(x, x), red, keepdim=keepdim))

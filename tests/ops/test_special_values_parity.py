@@ -150,3 +150,31 @@ def test_reductions_and_norms_on_finite_rows_with_ties_and_zeros(name):
     """The same without NaN and inf rows, where a masked 0/0 or a tie split shows alone."""
     ours, theirs = REDUCTIONS[name]
     _check(ours, theirs, [r for r in ROWS if all(math.isfinite(v) for v in r)])
+
+
+W = [[1.0, 0.0], [INF, -1.0], [NAN, 2.0]]  # a right operand with its own special values
+TARGETS = [0, 1, 2, 0, 1, 2, 0, 1]
+
+STRUCTURED = {
+    "matmul": (lambda x, w: x @ w, lambda x, w: x @ w, (ROWS, W)),
+    "linear": (lambda x, w: tg.nn.functional.linear(x, w.T), lambda x, w: torch.nn.functional.linear(x, w.T),
+               (ROWS, W)),
+    "cross_entropy": (lambda x: tg.nn.functional.cross_entropy(x, tg.tensor(TARGETS)),
+                      lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(TARGETS)), (ROWS,)),
+    "getitem": (lambda x: x[[0, 2, 2], 1:], lambda x: x[[0, 2, 2], 1:], (ROWS,)),
+    "gather": (lambda x: tg.gather(x, 1, tg.tensor([[t] for t in TARGETS])),
+               lambda x: torch.gather(x, 1, torch.tensor([[t] for t in TARGETS])), (ROWS,)),
+    "cat": (lambda x, w: tg.cat([x.T, w], 1), lambda x, w: torch.cat([x.T, w], 1), (ROWS, W)),
+    "stack": (lambda x: tg.stack([x, x * 2.0]), lambda x: torch.stack([x, x * 2.0]), (ROWS,)),
+    "expand": (lambda x: x[:1].expand(4, 3), lambda x: x[:1].expand(4, 3), (ROWS,)),
+    "reshape": (lambda x: x.T.reshape(-1), lambda x: x.T.reshape(-1), (ROWS,)),
+    "where": (lambda x: tg.where(x > 0.5, x, x * x), lambda x: torch.where(x > 0.5, x, x * x), (ROWS,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURED))
+def test_products_losses_and_indexing_at_special_values(name):
+    """Ops whose gradients only move or multiply values: a NaN or inf reaches the same
+    elements as in torch, and no 0 * inf appears where torch has none."""
+    ours, theirs, inputs = STRUCTURED[name]
+    _check(ours, theirs, *inputs)
