@@ -79,7 +79,9 @@ def _sigmoid_grad(g: Any, y: Any) -> Any:
 
 
 def _relu_grad(g: Any, y: Any) -> Any:
-    return g * (y > 0)  # the bool mask multiplies as 0.0/1.0
+    # torch's threshold_backward: 0 where y <= 0, else g. A NaN y passes g (NaN > 0 is False,
+    # so g * (y > 0) gave 0 there), and a NaN g stays NaN only where y > 0.
+    return numpy.where(y <= 0, numpy.zeros((), g.dtype), g) if isinstance(g, numpy.ndarray) else g * ~(y <= 0)
 
 
 def _div_grad_b(g: Any, a: Any, b: Any) -> Any:
@@ -438,7 +440,7 @@ class Fused(_Table):
         self.xp = xp
         self._tanh = ek("T g, T y", "T z", "z = g - g * y * y", "threadgrad_tanh_backward")
         self._sigmoid = ek("T g, T y", "T z", "z = g * ((T)1 - y) * y", "threadgrad_sigmoid_backward")
-        self._relu = ek("T g, T y", "T z", "z = g * (T)(y > (T)0)", "threadgrad_threshold_backward")
+        self._relu = ek("T g, T y", "T z", "z = y <= (T)0 ? (T)0 : g", "threadgrad_threshold_backward")
         self._mul = ek("T a, T b", "T z", "z = a * b", "threadgrad_mul")
         self._div_b = ek("T g, T a, T b", "T z", "z = -(g * a / (b * b))", "threadgrad_div_backward_b")
         self._nll = ek("raw T lsm, S t, int64 c", "T z", "z = -lsm[i * c + t]", "threadgrad_nll")

@@ -20,6 +20,7 @@ import numpy
 from .. import devices
 
 from . import _state, executor as _executor
+from ._locks import OwnLock
 from ._state import tls
 from .executor import GraphTask, _current_streams, get_engine
 from .graph import GraphRoot, Node
@@ -509,20 +510,20 @@ def register_multi_grad_hook(tensors: Sequence[Tensor], fn: Callable, *, mode: s
     if mode not in ("all", "any"):
         raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
     tensors = tuple(tensors)
-    lock = threading.Lock()
+    box = OwnLock()  # a lock for the hooks' closures, remade at fork (Note [Locks across fork])
     handles = []
     if mode == "all":
         pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphTask -> grads
 
         def fire(gt: GraphTask) -> None:
-            with lock:
+            with box.lock:
                 grads = pending.pop(gt)
             fn(tuple(grads))
 
         def make(i: int) -> Callable:
             def hook(g: Any) -> None:
                 gt = tls.current_task
-                with lock:
+                with box.lock:
                     grads = pending.get(gt)
                     first = grads is None
                     if first:
@@ -538,7 +539,7 @@ def register_multi_grad_hook(tensors: Sequence[Tensor], fn: Callable, *, mode: s
 
         def hook_any(g: Any) -> None:
             gt = tls.current_task
-            with lock:
+            with box.lock:
                 if gt in fired:
                     return
                 fired.add(gt)

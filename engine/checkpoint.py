@@ -30,6 +30,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
+from ._locks import remade_at_fork
 from ._state import tls, used
 from .creation import DrawRecord, record_draws, replay_draws
 from .function import Function
@@ -200,6 +201,10 @@ class _Recompute:
         self.meta: list = []  # (shape, dtype, device) of each slot, as forward saved it
         self.versions: list = []
         self.unpacked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphTask -> slots handed out
+        self.lock = threading.Lock()
+        remade_at_fork(self)  # See Note [Locks across fork] in _locks.py
+
+    def _remake_locks(self) -> None:
         self.lock = threading.Lock()
 
     def record_versions(self) -> None:

@@ -330,7 +330,7 @@ import warnings
 from typing import Any, Callable
 
 from .. import devices
-
+from . import _blas
 from ._state import tls, used
 from .graph import AccumulateGrad, GraphRoot, Node
 from .tensor import disown, engine_sum
@@ -530,12 +530,23 @@ class _CpuHelpers:
         self.stopping = False  # set by stop(), under _cv
         self.n = 0
         self.threads: list[threading.Thread] = []
+        self.busy: set[threading.Thread] = set()  # helpers between taking a queue and their next wait (under _cv)
 
-    def resize(self, n: int) -> None:
+    def resize(self, n: int) -> list[threading.Thread]:
+        """Set ``n``; threads beyond it retire after their current node. While no helper runs
+        a node, wait until the extra ones have left the list (nothing can hold them: they are
+        waiting, or on their way back to the lock) and return them, for the caller to join, so
+        that ``worker_threads()`` no longer lists them; a helper inside a node is not waited
+        for (its node may wait for the caller)."""
         with self._cv:
             self.n = n
-            if len(self.threads) > n:
-                self._cv.notify_all()  # the extra threads retire
+            if len(self.threads) <= n:
+                return []
+            self._cv.notify_all()  # the extra threads retire
+            before = list(self.threads)
+            while len(self.threads) > n and not self.busy:
+                self._cv.wait()
+            return [t for t in before if t not in self.threads]
 
     def ensure(self) -> None:
         """Start threads up to ``n`` (a parallel backward is starting)."""
@@ -562,9 +573,11 @@ class _CpuHelpers:
         queues = self._queues
         while True:
             with self._cv:
+                self.busy.discard(me)
                 while True:
                     if self.stopping or len(self.threads) > self.n:
                         self.threads.remove(me)
+                        self._cv.notify_all()  # resize() may wait for the list to shrink
                         return
                     if queues:
                         break
@@ -575,6 +588,7 @@ class _CpuHelpers:
                         self.idle -= 1
                 q = queues.popleft()
                 queues.append(q)  # in turn: every parallel backward in flight gets its share
+                self.busy.add(me)  # (resize() does not wait for it until it is back here)
             entry = q.steal(True)
             unlisted = entry is False
             if type(entry) is tuple:
@@ -865,12 +879,17 @@ class Engine:
 
     def set_cpu_workers(self, n: int) -> int:
         """Set ``cpu_workers``; return the previous value. Backward calls already running keep
-        the mode they started in; threads beyond ``n`` retire after their current node."""
+        the mode they started in; threads beyond ``n`` retire after their current node, and
+        when none of them is inside a node this returns once they have ended (so
+        ``worker_threads()`` no longer lists them)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"set_cpu_workers: n must be an int >= 0, got {n!r}")
         with self._lock:
             prev = self._helpers.n
-            self._helpers.resize(n)
+            retired = self._helpers.resize(n)
+            _blas.limit_for_workers(n)  # See Note [BLAS threads and cpu workers] in _blas.py
+        for t in retired:
+            t.join()  # (it has left the list and returns at once)
         return prev
 
     # -- threads ----------------------------------------------------------------------

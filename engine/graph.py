@@ -14,10 +14,9 @@ which the executor sends along ``next_edges``: a tuple of ``(node, input_nr)`` p
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ._locks import LOCKS
+from ._locks import LEAF_STRIPES, LOCKS, next_leaf_stripe
 from ._state import tls, used
 
 if TYPE_CHECKING:
@@ -572,11 +571,12 @@ class AccumulateGrad(Node):
     """Sink for a leaf that requires grad: adds the incoming gradient into ``variable.grad``.
 
     Kept weakly by the leaf and strongly by the edges of the nodes that use it (as in
-    PyTorch), so it lives exactly as long as some graph can reach it. Its lock makes
-    concurrent backward calls that reach one leaf safe.
+    PyTorch), so it lives exactly as long as some graph can reach it. Its lock (a stripe of
+    LOCKS.leaf: Note [Locks across fork]) makes concurrent backward calls that reach one
+    leaf safe.
     """
 
-    __slots__ = ("variable", "_lock")
+    __slots__ = ("variable", "_stripe")
     runs_without_gradients = True
 
     def __init__(self, variable: "Tensor") -> None:
@@ -585,7 +585,7 @@ class AccumulateGrad(Node):
         self.sequence_nr = MAX_SEQ
         self._saved = ()
         self._saved_ver = ()
-        self._lock = threading.Lock()
+        self._stripe = next_leaf_stripe() & (LEAF_STRIPES - 1)  # its lock: See Note [Locks across fork]
         ext = variable._ext
         if ext is not None and ext.hooks is not None:
             share_tensor_hooks(self, ext.hooks)
@@ -599,7 +599,7 @@ class AccumulateGrad(Node):
             owned = type(g) is EngineSum and g.owner is self  # See Note [Gradient ownership] (tensor.py)
             if owned:
                 g.owner = None
-            with self._lock:
+            with LOCKS.leaf[self._stripe]:
                 first = self._hooks is not None and var._grad is None  # (only hooks need to know)
                 accumulate_into(var, g, owned)
                 if first and not tls.grad_enabled:

@@ -217,9 +217,11 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
 
 def _shifted(data: Any, d: int, xp: Any) -> Any:
-    """``data - max(data, d)``, with all-``-inf`` slices shifted by 0 (no ``inf - inf``)."""
+    """``data - max(data, d)``, as torch's softmax kernels shift: a slice whose max is +inf or
+    that is all -inf comes out NaN (``inf - inf``), as torch's does (shifting those by 0 gave
+    ``[nan, 0, 0]`` for ``[inf, 1, 2]``, where torch's softmax is all NaN)."""
     m = xp.max(data, axis=d, keepdims=True) if data.size else xp.zeros_like(data)
-    return data - xp.where(xp.isfinite(m), m, 0)
+    return data - m
 
 
 class SoftmaxBackward0(Node):

@@ -336,7 +336,7 @@ class AbsBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.33 -> 1.19 us)
             (xd,) = self.saved_arrays()
-            return (_wrap(g._data * g.device.xp.sign(xd), g.device),)
+            return (_wrap(g._data * _sign_array(xd, g.device.xp), g.device),)
         (x,) = self.saved_tensors()
         # g * sgn(x) (0 at 0), as torch: sgn's node links the gradient to x (See Note
         # [Gradients linked to the output] in activation.py).
@@ -352,9 +352,18 @@ class SgnBackward0(Node):
         return (_wrap(g.device.xp.zeros(g._data.shape, g._data.dtype), g.device),)
 
 
+def _sign_array(d: Any, xp: Any) -> Any:
+    """torch's ``sgn``: -1, 0 or 1, and 0 at NaN (numpy's sign gives NaN there: a NaN input
+    to abs, l1_loss or norm(p=1) then got a NaN gradient where torch's is 0)."""
+    s = xp.sign(d)
+    if d.dtype.kind == "f":
+        s = xp.nan_to_num(xp.asarray(s), copy=False, nan=0.0)  # (in place: s is ours; 0-d: sign gave a scalar)
+    return s
+
+
 def _sgn(x: Tensor) -> Tensor:
-    """``sign(x)`` (-1, 0 or 1 in x's dtype) with torch's node, for abs's backward."""
-    return unary_result(x, x.device.xp.sign(x._data), SgnBackward0)
+    """``sgn(x)`` (-1, 0 or 1 in x's dtype, 0 at NaN) with torch's node, for abs's backward."""
+    return unary_result(x, _sign_array(x._data, x.device.xp), SgnBackward0)
 
 
 @register
@@ -446,22 +455,23 @@ class MaximumBackward0(_Binary):
     """Also minimum's node (``MinimumBackward0`` below). Ties split the gradient equally."""
 
     __slots__ = ()
-    _greater = "greater"
+    _loses = ("less", "greater")  # a loses where a < b, b where a > b (minimum: the other way)
 
     def backward(self, g: Tensor) -> tuple:
         a, b = self.saved_tensors()
         xp = a.device.xp
-        # The share of g going to a: 1 where a wins, 1/2 on ties, 0 where b wins (a constant).
-        wins = getattr(xp, self._greater)(a._data, b._data).astype(g.dtype)
-        share = wins + 0.5 * (a._data == b._data).astype(g.dtype)
+        # torch's formula: g, halved on ties, zeroed where the operand loses (a constant share).
+        # Where either is NaN neither loses: both get all of g, as in torch.
+        half = 0.5 * (a._data == b._data).astype(g.dtype)
+        lose_a, lose_b = (getattr(xp, f)(a._data, b._data).astype(g.dtype) for f in self._loses)
         ea, eb = self.next_edges
-        return (fit(mul(g, const(share.astype(g.dtype), g)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
-                fit(mul(g, const((1 - share).astype(g.dtype), g)), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+        return (fit(mul(g, const(1 - lose_a - half, g)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(mul(g, const(1 - lose_b - half, g)), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
 
 class MinimumBackward0(MaximumBackward0):
     __slots__ = ()
-    _greater = "less"
+    _loses = ("greater", "less")
 
 
 def _extremum(a: Any, b: Any, name: str, node_cls: type) -> Tensor:

@@ -63,6 +63,32 @@ class MatmulBackward0(MmBackward0):
         return (ga, gb)
 
 
+class DotBackward0(MatmulBackward0):
+    """matmul of two 1-D tensors: torch's node name for it (``torch.dot``)."""
+
+    __slots__ = ()
+
+
+class MvBackward0(MatmulBackward0):
+    """matmul of a matrix and a 1-D tensor: torch's node name for it (``torch.mv``)."""
+
+    __slots__ = ()
+
+
+def _matmul_node(a_ndim: int, b_ndim: int) -> Node:
+    """The node of ``a @ b``, named as torch's where torch records one node: ``MmBackward0``
+    (and, for batched operands, threadgrad's one node where torch wraps a bmm in reshapes:
+    docs/parity.md), ``DotBackward0``, ``MvBackward0``; a vector times a matrix is
+    ``MatmulBackward0`` (torch: unsqueeze, mm, squeeze)."""
+    if a_ndim >= 2 and b_ndim >= 2:
+        return MmBackward0()
+    if a_ndim == 1 and b_ndim == 1:
+        return DotBackward0()
+    if a_ndim == 2 and b_ndim == 1:
+        return MvBackward0()
+    return MatmulBackward0()
+
+
 @register
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy's ``@`` rules (1-D operands, broadcast batch dims)."""
@@ -78,7 +104,7 @@ def matmul(a: Any, b: Any) -> Tensor:
         ) from None
     out = _wrap(a.device.xp.asarray(data), a.device)
     if tls.grad_enabled and (a._rg or b._rg):
-        node = MmBackward0() if a.ndim >= 2 and b.ndim >= 2 else MatmulBackward0()
+        node = _matmul_node(a.ndim, b.ndim)
         node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = a.shape, a.dtype, b.shape, b.dtype
         record(node, (a, b), out, (a if b._rg else None, b if a._rg else None))
     return out

@@ -61,6 +61,13 @@ class UnsqueezeBackward0(ViewBackward0):
     __slots__ = ()
 
 
+class UnsafeViewBackward0(ViewBackward0):
+    """A reshape that had to copy: torch's ``_unsafe_view`` of a clone, whose outer node has
+    this name (torch records a CloneBackward0 behind it; this one node does both)."""
+
+    __slots__ = ()
+
+
 @register
 def reshape(x: Tensor, shape: Any) -> Tensor:
     """The same elements in a new shape (one dim may be -1)."""
@@ -75,6 +82,8 @@ def _reshape(x: Tensor, shape: tuple, node_cls: type) -> Tensor:
         raise RuntimeError(f"reshape: shape {list(shape)} is invalid for input of size {x._data.size} (shape {list(x.shape)})") from None
     out = _view_out(data, x)
     if tls.grad_enabled and x._rg:
+        if node_cls is ViewBackward0 and out._base is None and data.size:  # copied: no view of x
+            node_cls = UnsafeViewBackward0
         node = node_cls()
         mark_view_node(node, x)
         node.in_shape = x.shape

@@ -6,6 +6,12 @@ device, requires_grad). ``load`` reads it, by default, with ``weights_only=True`
 strings, numbers, None, ``collections.OrderedDict``) may be in it, so a file from elsewhere
 cannot run code; ``weights_only=False`` unpickles anything (trusted files only).
 
+``save`` writes with a current pickle protocol (``DEFAULT_PROTOCOL``), and ``load`` reads every
+protocol, 2 included: protocol 2 names builtins as Python 2 did (``__builtin__.set``), and
+writes bytes as calls (``_codecs.encode(text, "latin1")``, ``__builtin__.bytes()`` for empty
+ones), which the allowlist maps to the same few safe callables. Tensors that share memory in
+one ``save`` share it after ``load``, as torch's (engine/serialization.py).
+
 >>> import os, tempfile
 >>> import threadgrad as tg
 >>> path = os.path.join(tempfile.mkdtemp(), "w.pt")
@@ -23,14 +29,53 @@ import os
 import pickle
 from typing import Any, BinaryIO
 
-from .engine.serialization import rebuild_tensor
+from .engine.serialization import (Storage, rebuild_storage, rebuild_tensor, rebuild_tensor_view,
+                                   reduce_tensor_shared)
+from .engine.tensor import Tensor
 
 __all__ = ["save", "load"]
 
+DEFAULT_PROTOCOL = pickle.DEFAULT_PROTOCOL  # (torch's is 2, whose bytes and builtins need the calls below)
+
+
+def _latin1(text: str, encoding: str) -> bytes:
+    """``_codecs.encode`` as protocol 2 calls it for bytes, and only so: other codecs
+    (``zlib_codec``, ...) are no business of a weights file."""
+    if encoding != "latin1" or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"Weights only load failed: _codecs.encode may only decode bytes "
+                                     f"(latin1), not {encoding!r}")
+    return codecs.encode(text, encoding)
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    """``bytes()`` as protocol 2 calls it for ``b""``; ``bytes(n)`` would allocate n bytes."""
+    if args:
+        raise pickle.UnpicklingError("Weights only load failed: bytes() may only be called without arguments")
+    return b""
+
+
 _SAFE = {("collections", "OrderedDict"): collections.OrderedDict,
          ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "complex"): complex,
-         ("builtins", "slice"): slice,
-         ("_codecs", "encode"): codecs.encode}  # how protocol 2 (torch's default) writes bytes
+         ("builtins", "slice"): slice, ("builtins", "bytes"): _empty_bytes,
+         ("_codecs", "encode"): _latin1}
+_REBUILD = {(f.__module__, f.__name__): f for f in (rebuild_tensor, rebuild_tensor_view)}
+_STORAGE = (rebuild_storage.__module__, rebuild_storage.__name__)
+
+
+class _Pickler(pickle.Pickler):
+    """Writes each tensor of a host device as a view into its buffer's :class:`Storage`, one per
+    buffer for the whole dump, so that tensors sharing memory load sharing it."""
+
+    def __init__(self, file: BinaryIO, protocol: int) -> None:
+        super().__init__(file, protocol=protocol)
+        self.storages: dict[int, Storage] = {}
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, Tensor):
+            shared = reduce_tensor_shared(obj, self.storages)
+            if shared is not None:
+                return shared
+        return NotImplemented
 
 
 class _Unpickler(pickle.Unpickler):
@@ -43,9 +88,14 @@ class _Unpickler(pickle.Unpickler):
         self.weights_only = weights_only
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == (rebuild_tensor.__module__, rebuild_tensor.__name__):
+        if module == "__builtin__":  # protocol 2's name (what pickle's own fix_imports maps)
+            module = "builtins"
+        rebuild = _REBUILD.get((module, name))
+        if rebuild is not None:
             ml = self.map_location
-            return rebuild_tensor if ml is None else (lambda *a: rebuild_tensor(*a, map_location=ml))
+            return rebuild if ml is None else (lambda *a: rebuild(*a, map_location=ml))
+        if (module, name) == _STORAGE:
+            return rebuild_storage
         if (module, name) in _SAFE:
             return _SAFE[(module, name)]
         if self.weights_only:
@@ -56,14 +106,14 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_protocol: int = 2) -> None:
+def save(obj: Any, f: str | os.PathLike | BinaryIO, pickle_protocol: int = DEFAULT_PROTOCOL) -> None:
     """Write ``obj`` (tensors, dicts of tensors, an optimizer's ``state_dict()``...) to ``f``,
     a path or a binary file object, as ``torch.save``."""
     if isinstance(f, (str, os.PathLike)):
         with open(f, "wb") as fh:
-            pickle.dump(obj, fh, protocol=pickle_protocol)
+            _Pickler(fh, pickle_protocol).dump(obj)
     else:
-        pickle.dump(obj, f, protocol=pickle_protocol)
+        _Pickler(f, pickle_protocol).dump(obj)
 
 
 def load(f: str | os.PathLike | BinaryIO, map_location: Any = None, *, weights_only: bool = True) -> Any:

@@ -118,7 +118,7 @@ def case_ddp_matches_full_batch() -> None:
             np.testing.assert_allclose(p.grad.numpy() * n, g, rtol=1e-10, atol=1e-12)
         # reverse parameter order; a bucket closes once it reaches the cap (the first at most 1 MB)
         assert ddp.bucket_indices == ([[3, 2, 1, 0]] if cap == 25 else [[3, 2], [1], [0]]), ddp.bucket_indices
-        assert ddp._launch_log == list(range(len(ddp.bucket_indices)))
+        assert list(ddp._launch_log) == list(range(len(ddp.bucket_indices)))
         ddp.remove_hooks()
 
 
@@ -161,8 +161,8 @@ def case_ddp_threads_shuffled() -> None:
         total = term if total is None else total + term
     total.backward()
     assert fired == perm, (fired, perm)
-    _same_on_every_rank(ddp._launch_log)
-    assert ddp._launch_log == list(range(k))
+    _same_on_every_rank(list(ddp._launch_log))
+    assert list(ddp._launch_log) == list(range(k))
     for i, p in enumerate(params):
         want = np.mean([float(q + 1 + i) for q in range(n)])
         np.testing.assert_allclose(p.grad.numpy(), np.full(p.shape, want))
@@ -384,7 +384,7 @@ def case_raise_mid_backward() -> None:
             return g * 2.0
 
     params = _mlp_params(seed=0)
-    dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)
+    ddp = dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)  # (held: a dropped DDP stops synchronizing)
     x, y = _data()
     loss = _loss([Boom.apply(params[0])] + params[1:], x, y, len(x))
     loss.backward()
@@ -401,7 +401,7 @@ def case_stall() -> None:
     # not watched).
     from mpi4py import MPI
     MPI.COMM_WORLD.Barrier()
-    dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)
+    ddp = dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)  # (held: a dropped DDP stops synchronizing)
     if r == 1:
         time.sleep(120)  # the stall being tested
     x, y = _data()
@@ -412,12 +412,173 @@ def case_die() -> None:
     """Rank 1 dies (os._exit) during a step: the launcher tears the job down."""
     r = dist.get_rank()
     params = _mlp_params(seed=0)
-    dist.DistributedDataParallel(params)
+    ddp = dist.DistributedDataParallel(params)  # (held: a dropped DDP stops synchronizing)
     if r == 1:
         os._exit(7)
     x, y = _data()
     _loss(params, x, y, len(x)).backward()
     time.sleep(120)
+
+
+def case_ddp_unused_no_sync() -> None:
+    """Issue 34, item 1: with find_unused_parameters, a parameter used only in the no_sync
+    micro-batches since the last synchronized backward counts as used (torch's reducer keeps
+    its used-map across no_sync): its accumulated .grad is averaged, and the replicas stay
+    equal after the step."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    a = engine.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    b = engine.tensor([3.0], dtype="float64", requires_grad=True)
+    c = engine.tensor([5.0], dtype="float64", requires_grad=True)
+    ddp = dist.DistributedDataParallel([a, b, c], find_unused_parameters=True)
+    for step in range(3):
+        with ddp.no_sync():
+            ((a * (r + 1)).sum() + (b * (r + 1) * 10).sum()).backward()  # b: only here
+            if r == 0:
+                (c * 7).sum().backward()  # c: only here, and only on rank 0
+        (a * (r + 1)).sum().backward()  # the synchronized micro-batch uses a alone
+        assert a.grad.tolist() == [(n + 1.0)] * 2, a.grad.tolist()  # mean of 2 * (q + 1)
+        assert b.grad.tolist() == [np.mean([10.0 * (q + 1) for q in range(n)])], b.grad.tolist()
+        assert c.grad.tolist() == [7.0 / n], c.grad.tolist()
+        with engine.no_grad():
+            for p in (a, b, c):
+                p.sub_(p.grad * 0.1)
+                p.grad = None
+        _same_on_every_rank([p.tolist() for p in (a, b, c)])
+    # the used-map starts afresh after each synchronized backward: unused everywhere now
+    (a * 1.0).sum().backward()
+    assert b.grad is None and c.grad is None
+    ddp.close()
+
+
+def case_ddp_raise_in_thread() -> None:
+    """Issue 34, item 2: an exception escaping a thread that runs a DDP backward ends the job
+    at once (threading.excepthook), as one on the main thread does."""
+    r = dist.get_rank()
+
+    class Boom(engine.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            if r == 1:
+                raise ValueError("rank 1 fails in a thread's backward")
+            return g * 2.0
+
+    params = _mlp_params(seed=0)
+    ddp = dist.DistributedDataParallel(params, bucket_cap_mb=1e-4)  # (held: a dropped DDP stops synchronizing)
+    x, y = _data()
+
+    def step() -> None:
+        _loss([Boom.apply(params[0])] + params[1:], x, y, len(x)).backward()
+
+    t = threading.Thread(target=step, name="trainer")
+    t.start()
+    t.join()
+    time.sleep(120)  # rank 0 waits in its all-reduce, rank 1 here; the abort ends both first
+
+
+def case_ddp_release() -> None:
+    """Issue 34, item 3: every DDP holds a communicator and a thread; dropping it or close()
+    releases both, so wrapping parameters anew thousands of times (past MPICH's ~2,045
+    communicators) keeps the threads and communicators flat."""
+    import gc
+    r, n = dist.get_rank(), dist.get_world_size()
+    group = dist._default_group()
+    w = engine.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    import warnings
+    threads_before = threading.active_count()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(2100):
+            ddp = dist.DistributedDataParallel([w], init_sync=False)
+            if k % 700 == 0:  # it still works, and the previous instances' hooks are gone
+                w.grad = None
+                (w * (r + 1)).sum().backward()
+                assert w.grad.tolist() == [(n + 1) / 2] * 2, (k, w.grad.tolist())
+            if k % 2:
+                ddp.close()
+                ddp.close()  # a second close does nothing
+            elif k % 4 == 2:
+                ddp.remove_hooks()  # done with it: dropped in silence
+            del ddp  # dropped: released by its finalizer
+    gc.collect()
+    dropped = [str(c.message) for c in caught if "was dropped while its hooks" in str(c.message)]
+    assert len(dropped) == 525, len(dropped)  # k % 4 == 0: dropped while synchronizing
+    assert not group.children, len(group.children)
+    for _ in range(100):  # the released threads end after freeing their communicators
+        if threading.active_count() <= threads_before:
+            break
+        time.sleep(0.05)
+    assert threading.active_count() <= threads_before, (threading.active_count(), threads_before)
+    w.grad = None
+    (w * 3.0).sum().backward()
+    assert w.grad is not None and w.grad.tolist() == [3.0, 3.0]  # no DDP left: a plain local gradient
+
+
+def case_ddp_memory_flat() -> None:
+    """Issue 34, item 3: memory stays flat over many steps (_launch_log was one entry per
+    bucket per step, forever)."""
+    import tracemalloc
+    from threadgrad.distributed import ddp as ddp_module
+    r = dist.get_rank()
+    params = [engine.tensor(np.arange(4.0) + i, dtype="float64", requires_grad=True) for i in range(3)]
+    ddp = dist.DistributedDataParallel(params, bucket_cap_mb=1e-6)  # one bucket per parameter
+    steps = ddp_module.LAUNCH_LOG  # enough to fill the log: it must stop growing there
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            for p in params:
+                p.grad = None
+            sum(((p * (r + 1)).sum() for p in params[1:]), (params[0] * (r + 1)).sum()).backward()
+
+    run(steps // 3 + 10)
+    assert len(ddp._launch_log) == ddp_module.LAUNCH_LOG
+    tracemalloc.start()
+    run(200)
+    first, _ = tracemalloc.get_traced_memory()
+    run(1000)
+    second, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(ddp._launch_log) == ddp_module.LAUNCH_LOG
+    assert second - first < 64 * 1024, (first, second)  # flat: no per-step growth
+    ddp.close()
+
+
+def case_ddp_fork() -> None:
+    """Issue 34, item 4: a child forked while another thread holds a DDP's lock and its
+    communication thread's finds them free (MPI itself is not usable in a forked child)."""
+    import warnings
+    w = engine.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    ddp = dist.DistributedDataParallel([w])
+    group = dist._default_group()
+    locks = [ddp._lock, ddp._thread._cond, group.thread._cond, group.watchdog._cond, dist._group_lock]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        release.wait(60)
+        for lock in reversed(locks):
+            lock.release()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        ok = all(lock.acquire(timeout=5) for lock in
+                 [ddp._lock, ddp._thread._cond, group.thread._cond, group.watchdog._cond, dist._group_lock])
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    t.join(30)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    ddp.close()
 
 
 def main() -> None:

@@ -79,6 +79,37 @@ def test_no_sync_accumulates_locally_then_synchronizes():
 
 
 @pytest.mark.timeout(150)
+def test_unused_parameters_count_the_no_sync_micro_batches():
+    _ok("ddp_unused_no_sync")
+
+
+@pytest.mark.timeout(150)
+def test_an_exception_escaping_a_thread_ends_every_rank():
+    start = time.monotonic()
+    out = _launch("ddp_raise_in_thread", timeout=60)
+    assert out.returncode != 0
+    assert time.monotonic() - start < 60  # at once, not at the timeout
+    assert "rank 1 fails in a thread's backward [raised in BoomBackward during backward]" in out.stderr, out.stderr
+    assert "rank 1 of 2: uncaught ValueError in thread trainer; aborting the job" in out.stderr, out.stderr
+    assert "ok " not in out.stdout
+
+
+@pytest.mark.timeout(300)
+def test_dropped_or_closed_ddps_release_their_communicators_and_threads():
+    _ok("ddp_release", timeout=200, job_timeout=250)
+
+
+@pytest.mark.timeout(300)
+def test_ddp_memory_stays_flat_over_many_steps():
+    _ok("ddp_memory_flat", timeout=200, job_timeout=250)
+
+
+@pytest.mark.timeout(150)
+def test_a_child_forked_while_ddp_locks_are_held_finds_them_free():
+    _ok("ddp_fork")
+
+
+@pytest.mark.timeout(150)
 def test_a_concurrent_second_backward_raises():
     _ok("ddp_concurrent_backward")
 

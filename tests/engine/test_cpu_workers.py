@@ -465,3 +465,58 @@ def test_the_profiler_sees_nodes_run_by_helpers(workers):
     roles = sorted(prof.threads())
     assert roles[0].startswith("caller (") and HELPER.match(roles[1].replace("cpu helper ", "threadgrad-cpu-"))
     assert {h.kind for h in prof.handoffs()} == {"thread hand-off"}
+
+
+@pytest.mark.timeout(60)
+def test_set_cpu_workers_zero_after_a_backward_leaves_no_helper_listed(workers):
+    """Issue 34, item 8: right after set_cpu_workers(0) a helper still showed in
+    worker_threads() (it retired on its own time). With no backward running, lowering n now
+    waits for the extra helpers to leave, so they are gone when it returns."""
+    for _ in range(20):
+        workers(2)
+        wide(f64([1.0]), 50).backward()
+        hs = helpers()
+        assert hs
+        workers(0)
+        assert helpers() == [] and not [t.name for t in hs if t.is_alive()]
+
+
+@pytest.mark.timeout(60)
+def test_blas_threads_are_limited_while_helpers_are_on_and_restored_after(workers):
+    """Issue 34, item 8: helpers and BLAS's own threads oversubscribed the cores (a BLAS-heavy
+    backward 1.4-2x slower with set_cpu_workers(2) on 2 cores). While helpers are on, BLAS
+    gets cores // (n + 1) threads; set_cpu_workers(0) restores what it had."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import os
+
+    def blas():
+        return sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
+
+    if not blas():
+        pytest.skip("no BLAS that threadpoolctl can see")
+    workers(0)
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):  # a user's own setting
+        assert blas() == [3]
+        for n in (1, 2, 1):
+            workers(n)
+            assert blas() == [max(1, (os.cpu_count() or 1) // (n + 1))], n
+            wide(f64([1.0]), 20).backward()  # (the helpers run with it)
+        workers(0)
+        assert blas() == [3]  # the user's setting is back
+
+
+@pytest.mark.timeout(60)
+def test_helpers_never_give_blas_more_threads_than_the_program_chose(workers):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas():
+        return sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"})
+
+    if not blas():
+        pytest.skip("no BLAS that threadpoolctl can see")
+    workers(0)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):  # OPENBLAS_NUM_THREADS=1, say
+        workers(1)
+        assert blas() == [1]
+        workers(0)
+        assert blas() == [1]

@@ -71,3 +71,60 @@ def test_numpy_floating_point_warnings_from_ops_do_not_reach_users():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['divide by zero encountered in log']"
     assert "RuntimeWarning" not in out.stderr
+
+
+# ---- torch's own warnings, which threadgrad raises where torch does ------------------------------
+# pyproject.toml's filterwarnings keeps each of these out of the suite's summary (the tests that
+# trigger them are about something else); this test is where each is asserted, against torch.
+
+def _anomaly_on(lib):
+    with lib.autograd.detect_anomaly():
+        pass
+
+
+def _non_leaf_grad(lib):
+    x = lib.ones(2, requires_grad=True)
+    return (x * 2).grad
+
+
+def _checkpoint_without_grad_inputs(lib):
+    lib.utils.checkpoint.checkpoint(lambda t: t * 2, lib.ones(1), use_reentrant=True)
+
+
+def _create_graph_on_leaves(lib):
+    x = lib.ones(2, requires_grad=True)
+    (x * x).sum().backward(create_graph=True)
+
+
+def _anomaly_error(lib):
+    x = lib.zeros(1, requires_grad=True)
+    # (pytest.warns records every warning and emits again those that do not match, where the
+    # sqrt's 1/0 inside the op would then escape the floating-point filter)
+    with warnings.catch_warnings(), lib.autograd.detect_anomaly():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            (lib.sqrt(x) * 0.0).sum().backward()
+        except RuntimeError:
+            pass
+
+
+TORCH_WARNINGS = {
+    "Anomaly Detection has been enabled": _anomaly_on,
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed": _non_leaf_grad,
+    "None of the inputs have requires_grad=True. Gradients will be None": _checkpoint_without_grad_inputs,
+    "Using backward() with create_graph=True will create a reference cycle": _create_graph_on_leaves,
+    "Error detected in SqrtBackward0": _anomaly_error,
+}
+
+
+@pytest.mark.parametrize("fragment", sorted(TORCH_WARNINGS))
+def test_torchs_warnings_are_raised_as_torch_raises_them(fragment):
+    import re
+
+    import threadgrad.utils.checkpoint  # noqa: F401 - tg.utils.checkpoint, as torch's
+    with pytest.warns(UserWarning, match=re.escape(fragment)):
+        TORCH_WARNINGS[fragment](tg)
+    torch = pytest.importorskip("torch")
+    import torch.utils.checkpoint  # noqa: F401
+    with pytest.warns(UserWarning, match=re.escape(fragment)):
+        TORCH_WARNINGS[fragment](torch)

@@ -9,12 +9,18 @@ engine or the ops finds it free (Note [Locks across fork] in engine/_locks.py).
   must find every one free. A lock added later anywhere there is checked without a new test.
 * No module of engine/ or ops/ keeps a lock in a global of its own: a copy bound there would
   stay held in a child.
+* Every place in the library's source that makes a lock (engine/, ops/, devices/ and the front
+  door: optimizers, DDP, the profiler) is listed with what remakes it in a child, and the locks
+  of objects (an optimizer inside ``step``, a profile, a checkpoint, a multi-grad hook, the
+  distributed communication threads) are held while forking: the child uses each object.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
+import pathlib
 import pkgutil
 import sys
 import threading
@@ -24,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+import threadgrad as tg
 from threadgrad import engine, ops
 from threadgrad.engine._locks import LOCKS, ProcessLocks
 from threadgrad.engine.creation import get_rng_state, set_rng_state
@@ -42,7 +49,7 @@ class _Holder:
     """A thread that holds ``locks`` from ``__enter__`` until ``__exit__``."""
 
     def __init__(self, locks: list) -> None:
-        self.locks = locks
+        self.locks = [lk for lock in locks for lk in (lock if isinstance(lock, tuple) else (lock,))]
         self.held = threading.Event()
         self.release = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -119,7 +126,20 @@ CHILD_WORK: dict[str, Callable[[], Callable[[], bool]]] = {
     "acc": lambda: _first_accumulation,
     "hooks": lambda: _hook_backward,
     "rng": lambda: (lambda expected: lambda: _random_draw(expected))(_expected_draw()),
+    "leaf": lambda: _accumulation_into_a_known_leaf(),
 }
+
+
+def _accumulation_into_a_known_leaf() -> Callable[[], bool]:
+    """A leaf whose AccumulateGrad (and so its stripe of LOCKS.leaf) exists before the fork."""
+    x = f64([1.0, 2.0])
+    y = ops.mul(x, 2.0)  # keeps x's AccumulateGrad alive across the fork
+
+    def work() -> bool:
+        x.grad = None
+        ops.sum(y).backward(retain_graph=True)
+        return x.grad.tolist() == [2.0, 2.0]
+    return work
 
 
 def test_every_process_lock_has_a_fork_test():
@@ -171,7 +191,10 @@ def _reachable_locks(depth: int = 2) -> dict[tuple, Any]:
     seen: set = set()
 
     def visit(path: tuple, v: Any, left: int) -> None:
-        if isinstance(v, LOCK_TYPES):
+        if isinstance(v, tuple) and v and all(isinstance(w, LOCK_TYPES) for w in v):  # LOCKS.leaf's stripes
+            for k, w in enumerate(v):
+                visit(path + (k,), w, left)
+        elif isinstance(v, LOCK_TYPES):
             inner = v._lock if isinstance(v, threading.Condition) else v  # a Condition shares its lock
             if id(inner) not in seen:
                 seen.add(id(inner))
@@ -189,7 +212,7 @@ def _reachable_locks(depth: int = 2) -> dict[tuple, Any]:
 def _resolve(path: tuple) -> Any:
     obj: Any = sys.modules[path[0]]
     for name in path[1:]:
-        obj = getattr(obj, name, None)
+        obj = obj[name] if isinstance(name, int) else getattr(obj, name, None)
     return obj
 
 
@@ -204,9 +227,10 @@ def test_no_module_keeps_a_lock_of_its_own():
 @pytest.mark.timeout(60)
 def test_child_forked_while_every_reachable_lock_is_held_finds_them_all_free(tmp_path):
     locks = _reachable_locks()
-    names = {".".join(p[1:]) for p in locks}
+    names = {".".join(map(str, p[1:])) for p in locks}
     # The scan sees what it must (else it could pass by seeing nothing).
-    assert {f"LOCKS.{s}" for s in ProcessLocks.__slots__} | {"_engine._lock", "_engine._pool._cv"} <= names, names
+    wanted = {f"LOCKS.{s}" for s in ProcessLocks.__slots__ if s != "leaf"} | {"LOCKS.leaf.0", "LOCKS.leaf.63"}
+    assert wanted | {"_engine._lock", "_engine._pool._cv"} <= names, names
     report = tmp_path / "held.json"
 
     def child() -> int:
@@ -215,7 +239,7 @@ def test_child_forked_while_every_reachable_lock_is_held_finds_them_all_free(tmp
             lock = _resolve(path)
             if isinstance(lock, LOCK_TYPES):
                 if not lock.acquire(False):
-                    held.append(".".join(path))
+                    held.append(".".join(map(str, path)))
                     continue
                 lock.release()
         report.write_text(json.dumps(held))
@@ -225,3 +249,188 @@ def test_child_forked_while_every_reachable_lock_is_held_finds_them_all_free(tmp
         code = run_in_fork(child, timeout=10)
     held = json.loads(report.read_text()) if report.exists() else "no report"
     assert code == 0 and held == [], f"still held in the child: {held} (exit {code})"
+
+
+# --- every lock the library's source makes ------------------------------------------------------
+
+ROOT = pathlib.Path(engine.__file__).resolve().parent.parent  # the repository (or site-packages/threadgrad)
+LOCK_MAKERS = {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier"}
+
+# (file, the function or class body that makes it) -> what makes it anew in a forked child.
+# A lock added anywhere in the library fails test_every_lock_the_source_makes_is_remade_at_fork
+# until it gets a line here, and its way of being remade a test below.
+COVERED = {
+    ("engine/_locks.py", "ProcessLocks.remake"): "LOCKS: remade by the at-fork handler (tests above)",
+    ("engine/_locks.py", "OwnLock.__init__"): "remade_at_fork (multi-grad hook test)",
+    ("engine/_locks.py", "OwnLock._remake_locks"): "the remaking itself",
+    ("engine/checkpoint.py", "_Recompute.__init__"): "remade_at_fork (checkpoint test)",
+    ("engine/checkpoint.py", "_Recompute._remake_locks"): "the remaking itself",
+    ("engine/executor.py", "ReadyQueue.__init__"): "Engine._after_fork_in_child drops every queue",
+    ("engine/executor.py", "_Pool.__init__"): "Engine._after_fork_in_child: a new pool",
+    ("engine/executor.py", "GraphTask.__init__"): "a backward in flight at the fork: its threads are gone",
+    ("engine/executor.py", "_CpuHelpers.__init__"): "Engine._after_fork_in_child: new helpers",
+    ("engine/executor.py", "Engine.__init__"): "Engine._after_fork_in_child",
+    ("engine/executor.py", "Engine._after_fork_in_child"): "the remaking itself",
+    ("engine/executor.py", "Engine.execute"): "a reentrant backward's pool hop in flight",
+    ("devices/__init__.py", "<module>"): "devices' Note [Fork]",
+    ("devices/__init__.py", "_after_fork_in_child"): "the remaking itself",
+    ("threadgrad/optim/optimizer.py", "Optimizer.__init__"): "remade_at_fork (optimizer test)",
+    ("threadgrad/optim/optimizer.py", "Optimizer.__setstate__"): "remade_at_fork (optimizer test)",
+    ("threadgrad/optim/optimizer.py", "Optimizer._remake_locks"): "the remaking itself",
+    ("threadgrad/profiler/_recorder.py", "_Recorder.__init__"): "remade_at_fork (profiler test)",
+    ("threadgrad/profiler/_recorder.py", "_Recorder._remake_locks"): "the remaking itself",
+    ("threadgrad/distributed/__init__.py", "<module>"): "_remake_group_lock (distributed test)",
+    ("threadgrad/distributed/__init__.py", "_remake_group_lock"): "the remaking itself",
+    ("threadgrad/distributed/_comm.py", "_Watchdog.__init__"): "remade_at_fork (distributed test)",
+    ("threadgrad/distributed/_comm.py", "_Watchdog._remake_locks"): "the remaking itself",
+    ("threadgrad/distributed/_comm.py", "_CommThread.__init__"): "remade_at_fork (distributed test)",
+    ("threadgrad/distributed/_comm.py", "_CommThread._remake_locks"): "the remaking itself",
+    ("threadgrad/distributed/ddp.py", "DistributedDataParallel.__init__"): "remade_at_fork (mp_cases ddp_fork)",
+    ("threadgrad/distributed/ddp.py", "DistributedDataParallel._remake_locks"): "the remaking itself",
+}
+
+
+def _lock_sites() -> set[tuple[str, str]]:
+    """(file, enclosing Class.function or function, or <module>) of each ``threading.X(...)``
+    call in the library's source that makes a lock, a condition, an event, ..."""
+    sites = set()
+    for folder in ("engine", "ops", "devices", "threadgrad"):
+        base = ROOT / folder
+        if not base.is_dir():  # an installed copy: everything is under threadgrad/
+            base = ROOT / "threadgrad" / folder
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix().removeprefix("threadgrad/") if folder != "threadgrad" \
+                else path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text())
+
+            def walk(node: ast.AST, where: list) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        walk(child, where + [(child.name, isinstance(child, ast.ClassDef))])
+                        continue
+                    if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+                            and child.func.attr in LOCK_MAKERS and isinstance(child.func.value, ast.Name)
+                            and child.func.value.id == "threading"):
+                        names = where[:2] if where and where[0][1] else where[:1]  # Class.method or function
+                        sites.add((rel, ".".join(n for n, _c in names) or "<module>"))
+                    walk(child, where)
+            walk(tree, [])
+    return sites
+
+
+def test_every_lock_the_source_makes_is_remade_at_fork():
+    sites = _lock_sites()
+    assert ("threadgrad/optim/optimizer.py", "Optimizer.__init__") in sites, sites  # the scan sees them
+    missing = sorted(sites - set(COVERED))
+    assert not missing, f"locks made here are not listed (with what remakes them in a forked child): {missing}"
+    stale = sorted(set(COVERED) - sites)
+    assert not stale, f"listed but no longer made: {stale}"
+
+
+class _SlowSGD(tg.optim.SGD):
+    """An SGD whose update waits, holding the optimizer's lock, until told to go on."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.inside = threading.Event()
+        self.go_on = threading.Event()
+
+    def _update_group(self, group: dict) -> None:
+        if not self.inside.is_set():
+            self.inside.set()
+            self.go_on.wait(60)
+        super()._update_group(group)
+
+
+@pytest.mark.timeout(60)
+def test_child_forked_while_another_thread_is_inside_step_can_step():
+    """Issue 34, item 4: the child's first step, zero_grad or state_dict hung on the lock that
+    the parent's stepping thread held."""
+    w = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    opt = _SlowSGD([w], lr=0.5, momentum=0.9)
+    w.grad = tg.ones(2, dtype=tg.float64)
+    stepping = threading.Thread(target=opt.step, daemon=True)
+    stepping.start()
+    assert opt.inside.wait(10)
+
+    def child() -> int:
+        opt.go_on.set()  # (this child's copy: no thread of it waits on it)
+        opt.zero_grad()
+        w.grad = tg.ones(2, dtype=tg.float64)
+        opt.step()  # the parent's step never ran its update in this copy: this is the first
+        st = opt.state_dict()
+        return 0 if w.tolist() == [0.5, 1.5] and st["state"][0]["momentum_buffer"].tolist() == [1.0, 1.0] else 1
+
+    try:
+        code = run_in_fork(child, timeout=10)
+    finally:
+        opt.go_on.set()
+        stepping.join(10)
+    assert code == 0, f"the child's optimizer gave wrong values (exit {code})"
+    assert w.tolist() == [0.5, 1.5]  # the parent's step finished as usual
+
+
+def _objects_with_their_own_locks() -> list[tuple[str, Any, Callable[[], bool]]]:
+    """(name, the object's locks, the child's work with it) for each kind of object that makes
+    locks of its own (the optimizer has the test above)."""
+    from threadgrad.distributed import _comm
+    from threadgrad.profiler import _recorder
+
+    found = []
+    rec = _recorder._Recorder()
+    found.append(("profiler recorder", [rec._rows_lock, rec._running_cv],
+                  lambda: (rec.row() is not None, rec._running_cv.acquire(False))[1]))
+
+    from threadgrad.engine._locks import OwnLock
+    from threadgrad.engine.checkpoint import _Recompute
+
+    x = f64([1.0, 2.0])
+    before = _registered(_Recompute)
+    out = engine.checkpoint(lambda a: ops.mul(ops.sin(a), a), x, use_reentrant=False)
+    (recompute,) = [o for o in _registered(_Recompute) if all(o is not b for b in before)]
+
+    def checkpoint_backward() -> bool:
+        ops.sum(out).backward()
+        xs = np.array([1.0, 2.0])
+        return np.allclose(x.grad.numpy(), np.cos(xs) * xs + np.sin(xs))
+    found.append(("checkpoint re-run", [recompute.lock], checkpoint_backward))
+
+    a, b = f64([1.0]), f64([2.0])
+    seen: list = []
+    before = _registered(OwnLock)
+    handle = engine.register_multi_grad_hook((a, b), lambda gs: seen.append([g.tolist() for g in gs]))
+    (box,) = [o for o in _registered(OwnLock) if all(o is not b for b in before)]
+
+    def multi_hook() -> bool:
+        ops.sum(ops.mul(a, b)).backward()
+        return seen == [[[2.0], [1.0]]]
+    found.append(("multi-grad hook", [box.lock], multi_hook))
+
+    dog = _comm._Watchdog(lambda what: None)
+    thread = _comm._CommThread("test comm", dog, 30.0)
+
+    def comm_work() -> bool:
+        return dog._cond.acquire(False) and thread._cond.acquire(False)
+    found.append(("distributed watchdog and comm thread", [dog._cond, thread._cond], comm_work))
+
+    from threadgrad import distributed
+    found.append(("distributed group lock", [distributed._group_lock],
+                  lambda: distributed._group_lock.acquire(False)))
+    found.append(("_keep", [], lambda: (thread, dog) is not None))  # (keeps them alive in the child)
+    return found
+
+
+def _registered(cls: type) -> list:
+    """The live objects of ``cls`` that registered to be remade at fork."""
+    from threadgrad.engine._locks import _owners
+    return [o for o in list(_owners) if type(o) is cls]
+
+
+@pytest.mark.timeout(60)
+def test_child_forked_while_objects_hold_their_own_locks_uses_them():
+    cases = _objects_with_their_own_locks()
+    report = {}
+    for name, locks, work in cases:
+        with _Holder(locks):
+            report[name] = run_in_fork(lambda: 0 if work() else 1, timeout=10)
+    assert all(code == 0 for code in report.values()), report

@@ -15,6 +15,7 @@ pytest runs tests on the main thread, where CPython raises KeyboardInterrupt.
 from __future__ import annotations
 
 import _thread
+import gc
 import signal
 import sys
 import threading
@@ -315,7 +316,15 @@ def test_interrupt_between_two_nodes_fails_the_task(n):
 @pytest.mark.timeout(60)
 def test_interrupt_inside_a_node_on_the_caller_thread():
     """``_thread.interrupt_main()`` from a cpu node's pre-hook: the handler runs in the hook,
-    the node fails with KeyboardInterrupt, and the engine stays exact."""
+    the node fails with KeyboardInterrupt, and the engine stays exact.
+
+    interrupt_main() only marks the signal pending; CPython runs the handler at the main
+    thread's next check (a call's entry, a loop's backward jump). The hook used to return at
+    once, so that check was the engine's, wherever it came first after the hook: under load
+    (other threads asking for the GIL, a collection) it could land in the engine's own
+    bookkeeping, which Note [Interrupts] does not cover, and the test failed once (DID NOT
+    RAISE). The loop below makes the first check the hook's own, with the collector off so no
+    finalizer runs in between; a handler that did not run there fails with its own message."""
     x = f64([1.0, 2.0])
     loss = _two_device_graph(x)
     fired = []
@@ -323,9 +332,18 @@ def test_interrupt_inside_a_node_on_the_caller_thread():
     def hook(grads):
         fired.append(threading.current_thread().name)
         _thread.interrupt_main()
+        for _ in range(1000):  # the first backward jump runs the handler: KeyboardInterrupt here
+            pass
+        raise AssertionError("the interrupt was not delivered inside the hook")
 
     loss.grad_fn.next_edges[0][0].register_prehook(hook)
-    with pytest.raises(KeyboardInterrupt):
-        loss.backward()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loss.backward()
+    finally:
+        if was_enabled:
+            gc.enable()
     assert fired == [threading.main_thread().name]
     assert_exact_and_no_thread_stuck(bystanders=(x,))

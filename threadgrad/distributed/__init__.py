@@ -101,7 +101,8 @@ class _ProcessGroup:
 
     def close(self) -> None:
         self.thread.stop()
-        for comm, thread in self.children:
+        while self.children:  # (a DDP released meanwhile has taken itself off: Note [DDP lifetime])
+            comm, thread = self.children.pop()
             thread.stop()
             comm.Free()
         self.watchdog.stop()
@@ -109,8 +110,9 @@ class _ProcessGroup:
 
 
 _group: _ProcessGroup | None = None
-_group_lock = threading.Lock()
+_group_lock = threading.Lock()  # read at each use: remade in a forked child (below)
 _previous_excepthook: Any = None
+_previous_threading_excepthook: Any = None
 
 
 def _seconds(timeout: Any) -> float:
@@ -145,7 +147,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     (they are accepted and ignored). An exception that no code catches then aborts the job
     (``MPI_Abort``), so no rank waits for a peer that is gone.
     """
-    global _group, _previous_excepthook
+    global _group, _previous_excepthook, _previous_threading_excepthook
     backend = "mpi" if backend is None else str(backend).lower()
     if backend == "nccl":
         raise RuntimeError("init_process_group: the 'nccl' backend is not available in this release of "
@@ -170,6 +172,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _group = _ProcessGroup(MPI, backend, seconds)
         _previous_excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
+        # An exception escaping a thread (a backward run on a thread of the user's, a hook on an
+        # engine thread) goes to threading.excepthook, not sys.excepthook: without this one the
+        # other ranks waited in their all-reduce until the timeout.
+        _previous_threading_excepthook = threading.excepthook
+        threading.excepthook = _abort_on_uncaught_in_thread
 
 
 def _abort_on_uncaught(etype: type, value: BaseException, tb: Any) -> None:
@@ -186,6 +193,26 @@ def _abort_on_uncaught(etype: type, value: BaseException, tb: Any) -> None:
         write_stderr(f"{text}threadgrad.distributed: rank {group.rank} of {group.world_size}: uncaught "
                      f"{etype.__name__}; aborting the job with MPI_Abort")
         group.MPI.COMM_WORLD.Abort(1)
+
+
+def _abort_on_uncaught_in_thread(args: Any) -> None:
+    """``threading.excepthook``: an exception that ends a thread aborts the job as one that
+    ends the main thread does. SystemExit ends only its thread, as Python's own hook says."""
+    group = _group
+    previous = _previous_threading_excepthook or threading.__excepthook__
+    if args.exc_type is SystemExit or group is None or group.world_size == 1:
+        previous(args)
+        return
+    name = args.thread.name if args.thread is not None else "a thread"
+    if previous is not threading.__excepthook__:
+        previous(args)
+        text = ""
+    else:
+        text = f"Exception in thread {name}:\n" + "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+    write_stderr(f"{text}threadgrad.distributed: rank {group.rank} of {group.world_size}: uncaught "
+                 f"{args.exc_type.__name__} in thread {name}; aborting the job with MPI_Abort")
+    group.MPI.COMM_WORLD.Abort(1)
 
 
 def is_initialized() -> bool:
@@ -224,6 +251,8 @@ def destroy_process_group(group: Any = None) -> None:
         _group = None
     if sys.excepthook is _abort_on_uncaught:
         sys.excepthook = _previous_excepthook or sys.__excepthook__
+    if threading.excepthook is _abort_on_uncaught_in_thread:
+        threading.excepthook = _previous_threading_excepthook or threading.__excepthook__
     g.close()
 
 
@@ -305,5 +334,14 @@ def _submit(g: _ProcessGroup, work: Work, async_op: bool) -> Work | None:
     work.wait()
     return None
 
+
+def _remake_group_lock() -> None:
+    """See Note [Locks across fork] in engine/_locks.py."""
+    global _group_lock
+    _group_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_remake_group_lock)
 
 from .ddp import DistributedDataParallel  # noqa: E402 - it uses the group above

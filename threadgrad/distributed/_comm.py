@@ -21,8 +21,9 @@ complete. Every submitted work is registered with the process's ``_Watchdog`` wi
 (the process group's timeout); if one passes its deadline the watchdog prints which rank and
 which collective (for DDP: which bucket) timed out and calls ``MPI_Abort``, which makes the
 launcher (mpiexec, srun) tear down every rank of the job. An exception that nobody catches
-aborts the job at once (``sys.excepthook``, as ``python -m mpi4py`` does), so the other ranks
-need not wait for their timeout.
+aborts the job at once (``sys.excepthook``, as ``python -m mpi4py`` does, and
+``threading.excepthook`` for one that ends a thread), so the other ranks need not wait for
+their timeout.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ import sys
 import threading
 import time
 from typing import Any, Callable
+
+from ..engine._locks import remade_at_fork
 
 
 class Work:
@@ -73,8 +76,9 @@ class Work:
         return self._future
 
     def _execute(self) -> None:
+        run, self._run = self._run, None  # what it refers to (a DDP, its buffers) is not kept by the handle
         try:
-            self._run()
+            run()
         except BaseException as e:  # noqa: BLE001 - handed to whoever waits
             self._future.set_exception(e)
         else:
@@ -89,9 +93,13 @@ class _Watchdog:
         self._abort = abort
         self._works: dict[int, Work] = {}
         self._cond = threading.Condition()
+        remade_at_fork(self)  # See Note [Locks across fork] in engine/_locks.py
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="threadgrad.distributed watchdog", daemon=True)
         self._thread.start()
+
+    def _remake_locks(self) -> None:
+        self._cond = threading.Condition()
 
     def watch(self, work: Work, timeout: float) -> None:
         work.deadline = time.monotonic() + timeout
@@ -129,10 +137,14 @@ class _CommThread:
     def __init__(self, name: str, watchdog: _Watchdog, timeout: float) -> None:
         self._queue: collections.deque[Work | None] = collections.deque()
         self._cond = threading.Condition()
+        remade_at_fork(self)
         self._watchdog = watchdog
         self._timeout = timeout
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+
+    def _remake_locks(self) -> None:
+        self._cond = threading.Condition()
 
     def submit(self, work: Work) -> Work:
         self._watchdog.watch(work, self._timeout)
@@ -158,6 +170,7 @@ class _CommThread:
             if work is None:
                 return
             work._execute()
+            del work  # not held while waiting for the next: See Note [DDP lifetime] in ddp.py
 
 
 def abort_message(rank: int, world: int, what: str, timeout: float) -> str:

@@ -20,20 +20,48 @@ node ran, writes what never arrived (zeros for unused parameters, or an error un
 ``find_unused_parameters``), launches the rest, waits, and writes the averages to ``.grad``.
 A backward is identified by its graph task; a hook from a second one while the first is
 still running raises (one backward at a time per instance).
+
+With ``find_unused_parameters``, a parameter counts as used by this rank when it got a
+gradient in the synchronized backward *or in any ``no_sync`` backward since the last
+synchronized one* (torch's reducer keeps its ``local_used_map`` across ``no_sync`` the same
+way): its accumulated ``.grad`` is this rank's contribution, and the ranks that did not use it
+contribute zeros. Counting only the last backward left a parameter that was used only in
+``no_sync`` micro-batches unsynchronized: every rank kept its own gradient and the replicas
+drifted apart after the step.
+
+Note [DDP lifetime]
+~~~~~~~~~~~~~~~~~~~
+Each instance holds a duplicated communicator and a communication thread (Note
+[Communication threads] in _comm.py); MPICH has room for about 2,000 communicators. The
+parameters' hooks hold the instance only weakly, as torch's module holds no reference to its
+DDP, so dropping the last reference to it releases both (``weakref.finalize``): its hooks are
+removed, and its thread frees the communicator after the collectives already queued, then
+ends. ``close()`` does the same at once. An instance dropped while its hooks were still on
+the parameters warns (a UserWarning, once per process by Python's default filter): from then
+on nothing synchronizes those parameters, and a program that meant to keep training with it
+would otherwise let the replicas drift apart in silence. ``close()`` or ``remove_hooks()``
+first says it was meant. The release is local (MPICH's ``MPI_Comm_free`` does not
+synchronize), so ranks may drop their instances at different moments. ``_launch_log`` keeps
+only the launches of the last few steps.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
+import warnings
+import weakref
 from typing import Any, Iterable, Iterator
 
 import numpy
 
 from .. import engine
+from ..engine._locks import remade_at_fork
 from ..engine._state import tls  # which backward a hook runs in (See Note [DDP buckets])
 from ._comm import Work
 
 FIRST_BUCKET_BYTES = 1024 * 1024
+LAUNCH_LOG = 4096  # bucket launches kept in _launch_log (bounded: See Note [DDP lifetime])
 
 
 class _Bucket:
@@ -78,8 +106,11 @@ class DistributedDataParallel:
     ``engine.grad()`` / ``grad_async`` accumulate into no ``.grad`` and are not synchronized.
     Parameters that get no gradient in a backward are an error, unless
     ``find_unused_parameters=True``: then they count as zeros, and one that no rank used keeps
-    its ``.grad`` untouched. Inside ``with ddp.no_sync():`` backward accumulates locally; the
-    next synchronized backward all-reduces the accumulated ``.grad``.
+    its ``.grad`` untouched (a parameter used in a ``no_sync`` backward since the last
+    synchronized one counts as used). Inside ``with ddp.no_sync():`` backward accumulates
+    locally; the next synchronized backward all-reduces the accumulated ``.grad``.
+    ``close()`` (or dropping the instance) releases its communicator and thread
+    (Note [DDP lifetime]).
 
     >>> # under mpiexec: .grad of w and b is the average over the ranks after each backward
     >>> ddp = DistributedDataParallel([w, b])          # doctest: +SKIP
@@ -113,9 +144,13 @@ class DistributedDataParallel:
         self._group = group
         self._world = group.world_size
         self._comm, self._thread = group.new_channel("threadgrad.distributed DDP comm")
-        self._check_same_parameters()
-        if init_sync:
-            self._broadcast_parameters()
+        try:
+            self._check_same_parameters()
+            if init_sync:
+                self._broadcast_parameters()
+        except BaseException:
+            _release(group, self._comm, self._thread, [])  # (every rank raises here: Note [DDP lifetime])
+            raise
         self._buckets = self._make_buckets(int(bucket_cap_mb * 1024 * 1024))
         self._bucket_of = [0] * len(self.params)
         self._slot_of = [0] * len(self.params)
@@ -123,10 +158,19 @@ class DistributedDataParallel:
             for k, i in enumerate(b.params):
                 self._bucket_of[i], self._slot_of[i] = b.index, k
         self._lock = threading.Lock()
+        remade_at_fork(self)  # See Note [Locks across fork] in engine/_locks.py
         self._round: _Round | None = None
         self._require_sync = True
-        self._launch_log: list[int] = []  # bucket indices in launch order (tests read it)
+        # bucket indices in launch order, the last LAUNCH_LOG of them (tests read it)
+        self._launch_log: collections.deque[int] = collections.deque(maxlen=LAUNCH_LOG)
+        # params that got a gradient in a no_sync backward since the last synchronized one
+        self._used_since_sync = [False] * len(self.params)
         self._handles = [p.register_post_accumulate_grad_hook(self._hook_for(i)) for i, p in enumerate(self.params)]
+        self._release = weakref.finalize(self, _release, group, self._comm, self._thread, self._handles)
+        self._release.atexit = False  # at exit MPI_Finalize frees it all; a join there could wait
+
+    def _remake_locks(self) -> None:
+        self._lock = threading.Lock()
 
     # -- construction ---------------------------------------------------------------------
     def _collective(self, description: str, fn: Any) -> Any:
@@ -202,12 +246,18 @@ class DistributedDataParallel:
 
     # -- during backward ----------------------------------------------------------------------
     def _hook_for(self, i: int) -> Any:
+        ref = weakref.ref(self)  # the parameters must not keep the instance alive (Note [DDP lifetime])
+
         def hook(p: engine.Tensor) -> None:
-            self._grad_ready(i, p)
+            ddp = ref()
+            if ddp is not None:
+                ddp._grad_ready(i, p)
         return hook
 
     def _grad_ready(self, i: int, p: engine.Tensor) -> None:
         if not self._require_sync:
+            if p.grad is not None:
+                self._used_since_sync[i] = True  # (each hook writes its own slot)
             return
         task = tls.current_task
         with self._lock:
@@ -289,7 +339,7 @@ class DistributedDataParallel:
                 r.pending[self._bucket_of[i]] -= 1
             self._launch_ready(r)
             if self.find_unused_parameters:  # every rank, every time: the collectives must match
-                used = numpy.array(r.ready, dtype=numpy.int32)
+                used = numpy.array(r.ready, dtype=numpy.int32) | numpy.array(self._used_since_sync, dtype=numpy.int32)
                 MPI, comm = self._group.MPI, self._comm
                 r.works.append(self._thread.submit(Work(
                     "DDP: the count of ranks that used each parameter",
@@ -301,6 +351,7 @@ class DistributedDataParallel:
         finally:
             with self._lock:
                 self._round = None
+                self._used_since_sync = [False] * len(self.params)
         for b in self._buckets:
             for k, i in enumerate(b.params):
                 if used is not None and used[i] == 0:
@@ -314,4 +365,30 @@ class DistributedDataParallel:
         """Stop synchronizing: remove the hooks from the parameters."""
         for h in self._handles:
             h.remove()
-        self._handles = []
+        self._handles.clear()  # (the list the finalizer holds)
+
+    def close(self) -> None:
+        """Stop synchronizing and release the communicator and the thread this instance holds
+        (what dropping it does, at once; Note [DDP lifetime]). Collectives already launched
+        finish first; a second call does nothing."""
+        self.remove_hooks()
+        self._release()
+
+
+def _release(group: Any, comm: Any, thread: Any, handles: list) -> None:
+    """Remove the hooks, free the communicator on its own thread after what is queued there,
+    and end the thread. Not a method: the finalizer must not hold the instance."""
+    if handles:  # dropped while synchronizing: See Note [DDP lifetime]
+        warnings.warn("a DistributedDataParallel was dropped while its hooks were on its parameters: they are "
+                      "no longer synchronized by it. Keep a reference to it while training, and call close() "
+                      "when done (that releases its communicator and thread without this warning)",
+                      UserWarning, stacklevel=2)
+    for h in handles:
+        h.remove()
+    handles.clear()
+    try:
+        group.children.remove((comm, thread))
+    except ValueError:
+        return  # destroy_process_group released it already
+    thread.submit(Work("DistributedDataParallel: freeing its communicator", comm.Free))
+    thread.stop()

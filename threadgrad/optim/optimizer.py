@@ -39,6 +39,7 @@ from copy import deepcopy
 from typing import Any, Callable, Iterable
 
 from ..devices import Device
+from ..engine._locks import remade_at_fork
 from ..engine.grad_mode import enable_grad
 from ..engine.tensor import Tensor
 from ..engine.versions import bump as _bump_version
@@ -67,6 +68,7 @@ class Optimizer:
         self.state: defaultdict[Tensor, dict] = defaultdict(dict)
         self.param_groups: list[dict[str, Any]] = []
         self._lock = threading.RLock()  # See Note [Optimizer threads]
+        remade_at_fork(self)  # a child forked mid-step finds it free: Note [Locks across fork]
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
                             f"but got {_typename(params)}")
@@ -215,6 +217,12 @@ class Optimizer:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lock = threading.RLock()
+        remade_at_fork(self)
+
+    def _remake_locks(self) -> None:
+        """In a forked child (engine/_locks.py, Note [Locks across fork]): a thread of the parent
+        inside ``step`` left the lock held, and that thread does not exist here."""
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from ..engine import executor as _executor
+from ..engine._locks import remade_at_fork
 from ..engine._state import tls
 
 _now = time.perf_counter_ns
@@ -74,6 +75,11 @@ class _Recorder:
         # before it returns (run_call), so the node that completed it on another thread is
         # recorded before the caller can leave the profile.
         self._running: dict[int, int] = {}
+        self._running_cv = threading.Condition(threading.Lock())
+        remade_at_fork(self)  # See Note [Locks across fork] in engine/_locks.py
+
+    def _remake_locks(self) -> None:
+        self._rows_lock = threading.Lock()
         self._running_cv = threading.Condition(threading.Lock())
 
     # -- rows ---------------------------------------------------------------------------
