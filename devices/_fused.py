@@ -377,9 +377,10 @@ _NORM_BLOCKS_X = 64  # partial sums per tensor: few enough for one block to fini
 
 
 # cross_entropy's forward on (N, C) logits: one block per row computes the row's log_softmax
-# as ops/activation.py does (shifted by the row's max, NaN-propagating, and by 0 where the max
-# is not finite), writes it, and writes the row's loss ``-lsm[row, t[row]]`` with the same
-# expression, so the loss equals what the separate kernels gave from the same lsm.
+# as ops/activation.py's _shifted does (shifted by the row's max, NaN-propagating; a row whose
+# max is +inf, or that is all -inf, comes out NaN, as torch's), writes it, and writes the
+# row's loss ``-lsm[row, t[row]]`` with the same expression, so the loss equals what the
+# separate kernels gave from the same lsm.
 _CE_BLOCK = 256
 _LOG_SOFTMAX_NLL_SOURCE = r"""
 extern "C" __global__ void NAME(const T* __restrict__ x, const long long* __restrict__ t,
@@ -398,7 +399,7 @@ extern "C" __global__ void NAME(const T* __restrict__ x, const long long* __rest
   }
   m = red[0];
   __syncthreads();
-  const T shift = (m - m == (T)0) ? m : (T)0;  // m finite: inf - inf and NaN - NaN are NaN
+  const T shift = m;
   T sum = 0;
   for (long long j = threadIdx.x; j < C; j += BLOCK) sum += EXP(xr[j] - shift);
   red[threadIdx.x] = sum;

@@ -192,8 +192,7 @@ class _RawKernel:
         # one block per row; log_softmax as ops/activation.py's _shifted computes it
         n = x.shape[0]
         assert grid == (n,) and block == (256,) and c == x.shape[1] and x.dtype == self.dtype and t.dtype == np.int64
-        m = x.max(axis=1, keepdims=True)
-        s = x - np.where(np.isfinite(m), m, 0)
+        s = x - x.max(axis=1, keepdims=True)
         lse = np.log(np.exp(s).sum(axis=1, keepdims=True))
         lsm[...] = s - lse
         picked[...] = -(s[np.arange(n), t] - lse[:, 0])
@@ -334,8 +333,8 @@ def test_cross_entropy_forward_kernel_leaves_other_operands_to_the_separate_kern
 
 
 def test_cross_entropy_forward_kernel_keeps_nan_and_inf_rows_as_the_ops_path(kcuda):
-    """The row kernel shifts by a NaN-propagating max, and by 0 where the max is not finite,
-    as _shifted does: the same NaN and inf losses as cpu."""
+    """The row kernel shifts by the NaN-propagating row max, as _shifted does (a +inf or all
+    -inf row comes out NaN, as torch's): the same NaN and finite losses as cpu."""
     logits = np.array([[1.0, np.nan, 2.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0], [0.5, -1.0, 3.0]])
     target = np.array([0, 1, 2, 2])
     with np.errstate(all="ignore"):  # log(0) and inf - inf, on purpose
