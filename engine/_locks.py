@@ -54,9 +54,9 @@ class ProcessLocks:
         # Creating a leaf's AccumulateGrad (tensor.grad_accumulator), and attaching a leaf's
         # tensor hooks to it (Tensor.register_hook): one node per leaf, no hook left out.
         self.acc = threading.Lock()
-        # Adding into a non-leaf's .grad (retain_grad, backward(inputs=[non_leaf])): the role
-        # AccumulateGrad's lock plays for leaves. The in-place add releases the GIL on large
-        # arrays, so without it concurrent backward calls lose updates.
+        # Adding into a non-leaf's .grad (retain_grad, backward(inputs=[non_leaf])): the role an
+        # AccumulateGrad's stripe of LOCKS.leaf plays for leaves. The in-place add releases the
+        # GIL on large arrays, so without it concurrent backward calls lose updates.
         self.nonleaf_grad = threading.Lock()
         # A base's graph generation (engine/versions.py next_generation): each recorded in-place
         # op on a base or its views counts once.

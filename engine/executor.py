@@ -214,7 +214,7 @@ Note [Parallel cpu workers]
     only the child's queue, which cannot deadlock: the child needs none of the parent's
     nodes. One started on a device worker keeps that worker's queue, as in the serial mode.
 What still holds: each node runs once, after all its inputs arrived; a node's hooks run in
-order on one thread; a leaf's accumulations are serialized (its AccumulateGrad's lock); final
+order on one thread; a leaf's accumulations are serialized (its AccumulateGrad's stripe of LOCKS.leaf); final
 callbacks run after every node; a reentrant child finishes before the node that started it
 returns; the first error fails the task (Note [Errors]: nodes running elsewhere finish and
 route nothing), and the driver raises it only once no helper runs a node of the task (a helper

@@ -253,7 +253,6 @@ def test_child_forked_while_every_reachable_lock_is_held_finds_them_all_free(tmp
 
 # --- every lock the library's source makes ------------------------------------------------------
 
-ROOT = pathlib.Path(engine.__file__).resolve().parent.parent  # the repository (or site-packages/threadgrad)
 LOCK_MAKERS = {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier"}
 
 # (file, the function or class body that makes it) -> what makes it anew in a forked child.
@@ -293,28 +292,34 @@ COVERED = {
 def _lock_sites() -> set[tuple[str, str]]:
     """(file, enclosing Class.function or function, or <module>) of each ``threading.X(...)``
     call in the library's source that makes a lock, a condition, an event, ..."""
-    sites = set()
-    for folder in ("engine", "ops", "devices", "threadgrad"):
-        base = ROOT / folder
-        if not base.is_dir():  # an installed copy: everything is under threadgrad/
-            base = ROOT / "threadgrad" / folder
-        for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix().removeprefix("threadgrad/") if folder != "threadgrad" \
-                else path.relative_to(ROOT).as_posix()
-            tree = ast.parse(path.read_text())
+    from threadgrad import devices
 
-            def walk(node: ast.AST, where: list) -> None:
-                for child in ast.iter_child_nodes(node):
-                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        walk(child, where + [(child.name, isinstance(child, ast.ClassDef))])
-                        continue
-                    if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
-                            and child.func.attr in LOCK_MAKERS and isinstance(child.func.value, ast.Name)
-                            and child.func.value.id == "threading"):
-                        names = where[:2] if where and where[0][1] else where[:1]  # Class.method or function
-                        sites.add((rel, ".".join(n for n, _c in names) or "<module>"))
-                    walk(child, where)
-            walk(tree, [])
+    # Each part from where Python found it: the repository's folders (an editable install) or
+    # site-packages/threadgrad/<part> (a wheel); the front door is the rest of threadgrad/.
+    parts = {name: pathlib.Path(mod.__file__).resolve().parent
+             for name, mod in (("engine", engine), ("ops", ops), ("devices", devices))}
+    front = pathlib.Path(tg.__file__).resolve().parent
+    files = [(f"{name}/{p.relative_to(base).as_posix()}", p) for name, base in parts.items()
+             for p in sorted(base.rglob("*.py"))]
+    files += [(f"threadgrad/{p.relative_to(front).as_posix()}", p) for p in sorted(front.rglob("*.py"))
+              if not any(p.is_relative_to(base) for base in parts.values())]
+    sites: set[tuple[str, str]] = set()
+
+    def walk(rel: str, node: ast.AST, where: list) -> None:
+        # (a walk over a source file's syntax tree, not over a graph: STYLE.md's rule is the graph's)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                walk(rel, child, where + [(child.name, isinstance(child, ast.ClassDef))])
+                continue
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+                    and child.func.attr in LOCK_MAKERS and isinstance(child.func.value, ast.Name)
+                    and child.func.value.id == "threading"):
+                names = where[:2] if where and where[0][1] else where[:1]  # Class.method or function
+                sites.add((rel, ".".join(n for n, _c in names) or "<module>"))
+            walk(rel, child, where)
+
+    for rel, path in files:
+        walk(rel, ast.parse(path.read_text()), [])
     return sites
 
 
