@@ -69,7 +69,7 @@ def default_collate(batch: list) -> Any:
         except TypeError:
             return {key: default_collate([d[key] for d in batch]) for key in elem}
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
-        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
+        return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         it = iter(batch)
         size = len(next(it))
@@ -77,9 +77,9 @@ def default_collate(batch: list) -> Any:
             raise RuntimeError("each element in list of batch should be of equal size")
         transposed = list(zip(*batch))
         if isinstance(elem, tuple):
-            return [default_collate(list(samples)) for samples in transposed]
+            return [default_collate(samples) for samples in transposed]
         try:
-            return type(elem)([default_collate(list(samples)) for samples in transposed])  # type: ignore[call-arg]
+            return type(elem)([default_collate(samples) for samples in transposed])  # type: ignore[call-arg]
         except TypeError:
-            return [default_collate(list(samples)) for samples in transposed]
+            return [default_collate(samples) for samples in transposed]
     raise TypeError(_ERR.format(type(elem)))
