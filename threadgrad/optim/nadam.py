@@ -6,7 +6,7 @@ momentum decay; ``mu_product`` kept in float32, as torch's state tensor is).
 >>> opt = tg.optim.NAdam([w], lr=0.1)
 >>> (w * w).sum().backward(); opt.step()
 >>> [round(v, 3) for v in w.tolist()]
-[0.9, -1.9]
+[0.894, -1.894]
 """
 from __future__ import annotations
 
