@@ -337,6 +337,9 @@ def test_pickle_deepcopy_and_save():
     tg.save(m2.state_dict(), path)
     back = tg.load(path)
     assert list(back) == ["0.weight", "0.bias"]
+    tg.save({"params": list(m2.parameters())}, path)  # Parameters load under weights_only, as torch's
+    params = tg.load(path)["params"]
+    assert all(isinstance(q, nn.Parameter) and q.requires_grad for q in params)
     m3 = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
     m3.load_state_dict(back)
     assert m3[0].bias.tolist() == m2[0].bias.tolist()

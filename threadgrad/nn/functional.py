@@ -136,14 +136,19 @@ def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     """``input @ weight.T + bias``, ``weight`` of shape ``(out_features, in_features)``; a
     feature count that does not fit raises torch's RuntimeError naming both shapes."""
-    if (isinstance(input, Tensor) and isinstance(weight, Tensor) and input.ndim >= 2 and weight.ndim == 2
-            and input.shape[-1] != weight.shape[1]):
-        rows = 1
-        for n in input.shape[:-1]:
-            rows *= n
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{input.shape[-1]} and "
-                           f"{weight.shape[1]}x{weight.shape[0]})")
-    return ops.linear(input, weight, bias)
+    try:
+        return ops.linear(input, weight, bias)
+    except RuntimeError:
+        # torch's words for the common mistake (checked only after the op refused, so the
+        # call costs nothing more when shapes fit)
+        if (isinstance(input, Tensor) and isinstance(weight, Tensor) and input.ndim >= 2 and weight.ndim == 2
+                and input.shape[-1] != weight.shape[1]):
+            rows = 1
+            for n in input.shape[:-1]:
+                rows *= n
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{input.shape[-1]} and "
+                               f"{weight.shape[1]}x{weight.shape[0]})") from None
+        raise
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,  # noqa: A002
