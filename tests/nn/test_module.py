@@ -402,3 +402,88 @@ def test_one_module_many_threads_forward_backward_and_hooks():
     for p, e in zip(model.parameters(), expected):
         np.testing.assert_allclose(p.grad.numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
     assert not model[0]._forward_hooks and not model[2]._forward_pre_hooks
+
+
+def _hooked_pair(lib):
+    """A two-input module with backward hooks and pre-hooks, torch's numbers copied in."""
+    class Mix(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = lib.nn.Linear(3, 2)
+
+        def forward(self, a, scale, b):
+            return self.fc(a) * scale, (b * 3).sum()
+
+    m = Mix().double()
+    with lib.no_grad():
+        m.fc.weight.copy_(lib.tensor(np.arange(6.0).reshape(2, 3) / 7))
+        m.fc.bias.copy_(lib.tensor([0.1, -0.2], dtype=lib.float64))
+    return m
+
+
+def test_full_backward_hooks_match_torch():
+    torch = _torch()
+
+    def run(lib):
+        m = _hooked_pair(lib)
+        log = []
+        m.register_full_backward_pre_hook(lambda mod, go: log.append(("pre", [None if g is None else g.tolist()
+                                                                               for g in go])) or (go[0] * 2, go[1]))
+        m.register_full_backward_hook(lambda mod, gi, go: log.append(
+            ("post", [None if g is None else g.tolist() for g in gi], [None if g is None else g.tolist() for g in go])))
+        h = m.register_full_backward_hook(lambda mod, gi, go: (gi[0] * 10, None, gi[2]))
+        a = lib.tensor(np.ones((2, 3)), requires_grad=True)
+        b = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        out, s = m(a, 0.5, b)
+        ((out ** 2).sum() + s).backward()
+        grads = (a.grad.tolist(), b.grad.tolist(), m.fc.weight.grad.tolist())
+        h.remove()
+        a.grad = None
+        out, s = m(a, 0.5, b.detach())  # only one input requires grad now
+        (out ** 2).sum().backward()
+        # no input requires grad: the hooks still run, with grad_input all None
+        frozen = []
+        m.register_full_backward_hook(lambda mod, gi, go: frozen.append(gi))
+        m.requires_grad_(True)
+        out, _ = m(lib.tensor(np.ones((1, 3))), 1.0, lib.zeros(1, dtype=lib.float64))
+        out.sum().backward()
+        return log, grads, a.grad.tolist(), frozen
+
+    ours, theirs = run(tg), run(torch)
+    assert ours[0] == theirs[0] and ours[1] == theirs[1] and ours[2] == theirs[2]
+    assert ours[3] == theirs[3] == [(None, None, None)]
+
+
+@pytest.mark.timeout(120)
+def test_backward_hooks_from_many_threads_see_their_own_gradients():
+    """Each call has its own hook state: with eight threads calling one module, every hook call
+    pairs its own call's grad_output (k) with its own grad_input (k * W), never another's."""
+    m = nn.Linear(2, 1, bias=False).double()
+    with tg.no_grad():
+        m.weight.copy_(tg.tensor([[0.5, -2.0]], dtype=tg.float64))
+    seen = []
+    lock = threading.Lock()
+
+    def hook(mod, gi, go):
+        with lock:
+            seen.append((go[0].item(), gi[0].tolist()))
+
+    m.register_full_backward_hook(hook)
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(20):
+                x = tg.ones(1, 2, dtype=tg.float64, requires_grad=True)
+                (m(x) * float(k)).sum().backward()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(seen) == 160 and sorted({go for go, _ in seen}) == [float(k) for k in range(1, 9)]
+    assert all(gi == [[go * 0.5, go * -2.0]] for go, gi in seen)

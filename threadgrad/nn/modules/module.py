@@ -45,10 +45,9 @@ from ... import devices
 from ...engine.grad_mode import no_grad
 from ...engine.tensor import Tensor, to_device, to_dtype
 from ..parameter import Buffer, Parameter
+from ._hooks import HooksMixin, RemovableHandle  # noqa: F401 - RemovableHandle: torch's name here too
 
 __all__ = ["Module", "RemovableHandle"]
-
-_hook_ids = itertools.count()  # handle ids; next() on a count is atomic under the GIL and free-threaded builds
 
 
 def _typename(obj: Any) -> str:
@@ -67,32 +66,6 @@ def _addindent(s: str, spaces: int) -> str:
         return s
     first = lines.pop(0)
     return first + "\n" + "\n".join(" " * spaces + line for line in lines)
-
-
-class RemovableHandle:
-    """What ``register_*_hook`` returns: ``remove()`` takes the hook out (under the module's
-    lock; See Note [Modules and threads]); also a context manager."""
-
-    def __init__(self, module: "Module", table: str) -> None:
-        self.id = next(_hook_ids)
-        self._module = module
-        self._tables = (table,) if isinstance(table, str) else table
-
-    def remove(self) -> None:
-        module = self._module
-        with module._hooks_lock:
-            for table in self._tables:
-                hooks = module.__dict__[table]
-                if self.id in hooks:
-                    new = OrderedDict(hooks)
-                    del new[self.id]
-                    object.__setattr__(module, table, new)
-
-    def __enter__(self) -> "RemovableHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -123,7 +96,7 @@ def _check_name(kind: str, name: Any, module: "Module", existing: dict) -> None:
         raise KeyError(f"attribute '{name}' already exists")
 
 
-class Module:
+class Module(HooksMixin):
     """``torch.nn.Module``: subclass it, create parameters, buffers and submodules in
     ``__init__`` (after ``super().__init__()``), and compute in ``forward``; call the module
     itself (``model(x)``), which runs the forward pre-hooks, ``forward`` and the forward hooks."""
@@ -148,6 +121,8 @@ class Module:
         setattr_(self, "_forward_hooks", OrderedDict())
         setattr_(self, "_forward_hooks_with_kwargs", {})
         setattr_(self, "_forward_hooks_always_called", {})
+        setattr_(self, "_backward_hooks", OrderedDict())
+        setattr_(self, "_backward_pre_hooks", OrderedDict())
         setattr_(self, "_hooks_lock", threading.Lock())  # See Note [Modules and threads]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -565,78 +540,6 @@ class Module:
                 rest = key[len(prefix):].split(".", 1)
                 if (len(rest) > 1 and rest[0] not in self._modules) or (len(rest) == 1 and rest[0] not in local):
                     unexpected.append(key)
-
-    # -- calling ------------------------------------------------------------------------------
-    def _add_hook(self, table: str, hook: Callable, prepend: bool, extra: dict[str, bool]) -> RemovableHandle:
-        handle = RemovableHandle(self, (table,) + tuple(extra))
-        with self._hooks_lock:  # copy-on-write: See Note [Modules and threads]
-            hooks = self.__dict__[table]
-            new = OrderedDict(hooks)
-            new[handle.id] = hook
-            if prepend:
-                new.move_to_end(handle.id, last=False)
-            object.__setattr__(self, table, new)
-            for side, flag in extra.items():
-                if flag:
-                    marks = dict(self.__dict__[side])
-                    marks[handle.id] = True
-                    object.__setattr__(self, side, marks)
-        return handle
-
-    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
-                                  with_kwargs: bool = False) -> RemovableHandle:
-        """``hook(module, args)`` (or ``hook(module, args, kwargs)`` with ``with_kwargs``) runs
-        before ``forward``; a non-None result replaces the arguments (a single value is made a
-        1-tuple; with kwargs, an ``(args, kwargs)`` pair)."""
-        return self._add_hook("_forward_pre_hooks", hook, prepend, {"_forward_pre_hooks_with_kwargs": with_kwargs})
-
-    def register_forward_hook(self, hook: Callable, *, prepend: bool = False, with_kwargs: bool = False,
-                              always_call: bool = False) -> RemovableHandle:
-        """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) runs after
-        ``forward``; a non-None result replaces the output. ``always_call``: it runs even when
-        ``forward`` raised."""
-        return self._add_hook("_forward_hooks", hook, prepend, {"_forward_hooks_with_kwargs": with_kwargs,
-                                                                 "_forward_hooks_always_called": always_call})
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        d = self.__dict__
-        pre_hooks = d["_forward_pre_hooks"]  # snapshots: See Note [Modules and threads]
-        hooks = d["_forward_hooks"]
-        if not pre_hooks and not hooks:
-            return self.forward(*args, **kwargs)
-        if pre_hooks:
-            with_kwargs = d["_forward_pre_hooks_with_kwargs"]
-            for hook_id, hook in pre_hooks.items():
-                if hook_id in with_kwargs:
-                    result = hook(self, args, kwargs)
-                    if result is not None:
-                        if not (isinstance(result, tuple) and len(result) == 2):
-                            raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, "
-                                               f"new_kwargs), but got {result}.")
-                        args, kwargs = result
-                else:
-                    result = hook(self, args)
-                    if result is not None:
-                        args = result if isinstance(result, tuple) else (result,)
-        if not hooks:
-            return self.forward(*args, **kwargs)
-        with_kwargs = d["_forward_hooks_with_kwargs"]
-        always = d["_forward_hooks_always_called"]
-        try:
-            output = self.forward(*args, **kwargs)
-        except Exception:
-            for hook_id, hook in hooks.items():
-                if hook_id in always:
-                    try:
-                        hook(self, args, kwargs, None) if hook_id in with_kwargs else hook(self, args, None)
-                    except Exception:  # noqa: BLE001,S110 - torch warns and re-raises the forward's error
-                        pass
-            raise
-        for hook_id, hook in hooks.items():
-            result = hook(self, args, kwargs, output) if hook_id in with_kwargs else hook(self, args, output)
-            if result is not None:
-                output = result
-        return output
 
     # -- printing, pickling -------------------------------------------------------------------
     def _get_name(self) -> str:
