@@ -118,6 +118,14 @@ LOSSES = [
     ("BCELoss", {"weight": [1.0, 2.0, 0.5, 1.0]}, "prob"),
     ("BCEWithLogitsLoss", {}, "binary"),
     ("BCEWithLogitsLoss", {"pos_weight": [1.0, 3.0, 0.5, 2.0], "reduction": "sum"}, "binary"),
+    ("SmoothL1Loss", {}, "real"),
+    ("SmoothL1Loss", {"beta": 0.3, "reduction": "none"}, "real"),
+    ("SmoothL1Loss", {"beta": 0.0}, "real"),
+    ("HuberLoss", {"delta": 0.7}, "real"),
+    ("HuberLoss", {"reduction": "sum"}, "real"),
+    ("KLDivLoss", {"reduction": "batchmean"}, "dist"),
+    ("KLDivLoss", {"reduction": "none"}, "dist"),
+    ("KLDivLoss", {"reduction": "sum", "log_target": True}, "logdist"),
 ]
 
 
@@ -135,6 +143,12 @@ def test_loss_matches_torch(name, kw, kind):
     elif kind == "prob":
         x = 1 / (1 + np.exp(-x))
         target = rng.random((6, 4))
+    elif kind in ("dist", "logdist"):
+        x = x - np.log(np.exp(x).sum(1, keepdims=True))
+        target = rng.random((6, 4)) * (rng.random((6, 4)) > 0.2)  # some exact zeros
+        target /= target.sum(1, keepdims=True)
+        if kind == "logdist":
+            target = np.log(target + 0.01)
     else:
         target = (rng.random((6, 4)) > 0.5).astype(float)
 
@@ -144,6 +158,8 @@ def test_loss_matches_torch(name, kw, kind):
 
     ours, theirs = build(tg), build(torch)
     assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+    if kind == "real":
+        target[0, 0] = x[0, 0] + 0.3  # |d| = beta exactly: the boundary's side is torch's
     xo, xt = tg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     lo, lt = ours(xo, tg.tensor(target)), theirs(xt, torch.tensor(target))
     np.testing.assert_allclose(lo.detach().numpy(), lt.detach().numpy(), rtol=1e-10, atol=1e-12)

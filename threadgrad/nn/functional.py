@@ -23,7 +23,8 @@ __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softma
            "l1_loss", "linear", "conv2d", "dropout", "one_hot",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
            "bilinear", "layer_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
-           "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+           "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
+           "huber_loss", "kl_div"]
 
 
 def _unsupported(fname: str, **given: Any) -> None:
@@ -362,6 +363,53 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
         loss = ops.add(ops.mul(ops.sub(1.0, target), input), ops.mul(coeff, sp))
     if weight is not None:
         loss = ops.mul(loss, weight)
+    return _reduce_loss(loss, reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta`` (``d = input - target``;
+    ``beta=0`` is the L1 loss), as torch's."""
+    reduction = _legacy_reduction("smooth_l1_loss", size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    warn_broadcast(input, target, 2)
+    d = ops.abs(ops.sub(input, target))
+    if beta == 0:
+        return _reduce_loss(d, reduction)
+    loss = ops.where(d < beta, ops.div(ops.mul(ops.mul(d, d), 0.5), beta), ops.sub(d, 0.5 * beta))
+    return _reduce_loss(loss, reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: Tensor | None = None) -> Tensor:
+    """``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``, as torch's."""
+    _unsupported("huber_loss", weight=(weight, None))
+    warn_broadcast(input, target, 2)
+    d = ops.abs(ops.sub(input, target))
+    loss = ops.where(d < delta, ops.mul(ops.mul(d, d), 0.5), ops.mul(ops.sub(d, 0.5 * delta), delta))
+    return _reduce_loss(loss, reduction)
+
+
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+           reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """``target (log target - input)`` pointwise (0 where ``target`` is 0), ``input`` being
+    log-probabilities; ``reduction='batchmean'`` divides the sum by the batch size, as torch's."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction("kl_div", size_average, reduce, reduction)
+    elif reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    if log_target:
+        loss = ops.mul(ops.exp(target), ops.sub(target, input))
+    else:
+        positive = target > 0
+        safe = ops.where(positive, target, 1.0)  # log(1) = 0 where target is 0: xlogy's rule
+        loss = ops.sub(ops.mul(target, ops.log(safe)), ops.mul(target, input))
+    if reduction == "batchmean":
+        return ops.div(ops.sum(loss), input.shape[0]) if input.ndim else ops.sum(loss)
     return _reduce_loss(loss, reduction)
 
 
