@@ -130,3 +130,24 @@ def test_clip_grad_value_and_vectors_match_torch():
     np.testing.assert_allclose(m_o.weight.grad.numpy(), 2 * m_o.weight.detach().numpy())
     with pytest.raises(TypeError, match="expected torch.Tensor, but got: list"):
         nn.utils.vector_to_parameters([1.0], m_o.parameters())
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_sequence_matches_torch(batch_first, side):
+    torch = _torch()
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((n, 2)) for n in (3, 1, 4)]
+    ours = [tg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    po = nn.utils.rnn.pad_sequence(ours, batch_first=batch_first, padding_value=-1.0, padding_side=side)
+    pt = torch.nn.utils.rnn.pad_sequence(theirs, batch_first=batch_first, padding_value=-1.0, padding_side=side)
+    np.testing.assert_array_equal(po.detach().numpy(), pt.detach().numpy())
+    g = rng.standard_normal(tuple(pt.shape))
+    po.backward(tg.tensor(g))
+    pt.backward(torch.tensor(g))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    for lib in (tg, torch):
+        with pytest.raises(RuntimeError, match="Expected padding_side to be one of left or right"):
+            lib.nn.utils.rnn.pad_sequence([lib.ones(1)], padding_side="middle")
