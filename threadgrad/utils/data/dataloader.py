@@ -237,6 +237,11 @@ class DataLoader:
             for f in pending:
                 f.cancel()
             pool.shutdown(wait=True)
+            # Drop the executor here, not at some later garbage collection: a traceback that
+            # keeps this frame alive would otherwise free it (and run its and its threads' Python
+            # weakref callbacks) at an arbitrary moment on the main thread, where a pending
+            # KeyboardInterrupt would fire inside the callback and be swallowed.
+            del pool
 
     def _prefetch_stream(self, batches: Iterator[Any], base_seed: int) -> Iterator[Any]:
         """One thread runs ``batches`` ahead of the consumer, into a bounded queue."""
@@ -275,3 +280,4 @@ class DataLoader:
         finally:
             stop.set()
             pool.shutdown(wait=True)
+            del pool  # as in _prefetch_map: freed now, not at a later collection
