@@ -69,6 +69,8 @@ def test_names_and_keys_match_torch():
     assert [n for n, _ in ours.named_parameters(recurse=False)] == [n for n, _ in theirs.named_parameters(recurse=False)]
     assert list(ours.state_dict()) == list(theirs.state_dict())
     assert list(ours.state_dict(prefix="p.")) == list(theirs.state_dict(prefix="p."))
+    assert list(ours.state_dict(prefix="q")) == list(theirs.state_dict(prefix="q"))
+    assert list(ours.state_dict(prefix="p.")._metadata) == list(theirs.state_dict(prefix="p.")._metadata)
     assert list(ours.state_dict()._metadata) == list(theirs.state_dict()._metadata)
     assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
     assert len(list(ours.parameters())) == len(list(theirs.parameters()))  # the shared Linear's once

@@ -470,11 +470,10 @@ class Module(HooksMixin):
             destination = OrderedDict()
             destination._metadata = OrderedDict()  # type: ignore[attr-defined]
         metadata = getattr(destination, "_metadata", None)
-        for name, module in self.named_modules(prefix=prefix[:-1] if prefix.endswith(".") else prefix,
-                                               remove_duplicate=False):
+        for name, module in self.named_modules(remove_duplicate=False):
             if metadata is not None:
-                metadata[name] = {"version": module._version}
-            module._save_to_state_dict(destination, name + "." if name else "", keep_vars)
+                metadata[(prefix + name) if name else prefix[:-1]] = {"version": module._version}
+            module._save_to_state_dict(destination, prefix + (name + "." if name else ""), keep_vars)
         return destination
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
