@@ -224,8 +224,17 @@ def test_worker_errors_surface_and_early_break_stops_workers():
                 raise KeyError("bad sample")
             return i
 
-    with pytest.raises(KeyError, match="bad sample"):
+    with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker thread [01].\nOriginal Traceback"
+                                       "(.|\n)*KeyError: 'bad sample'"):
         list(DataLoader(Bad(), batch_size=2, num_workers=2))
+
+    class BadStream(IterableDataset):
+        def __iter__(self):
+            yield 1
+            raise ValueError("stream broke")
+
+    with pytest.raises(ValueError, match="Caught ValueError in DataLoader worker thread 0"):
+        list(DataLoader(BadStream(), batch_size=1, num_workers=1))
     before = threading.active_count()
     for _ in DataLoader(SlowSquares(100), batch_size=2, num_workers=4):
         break

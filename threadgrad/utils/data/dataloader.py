@@ -15,7 +15,9 @@ inside a worker thread (its ``dataset`` is the shared dataset, not a copy; ``see
 per worker); an ``IterableDataset`` is read by one prefetching thread, not replicated into
 each worker (so it needs no sharding); ``pin_memory``, ``multiprocessing_context`` and
 ``persistent_workers`` are accepted and change nothing; ``timeout`` bounds the wait for a
-batch (``RuntimeError`` after it, as torch's message says).
+batch (``RuntimeError`` after it, as torch's message says). An exception in a worker comes
+back as torch's does: the same type, its message ``Caught KeyError in DataLoader worker
+thread 0.`` followed by the worker's traceback as text.
 
 >>> import threadgrad as tg
 >>> from threadgrad.utils.data import DataLoader, TensorDataset
@@ -33,7 +35,9 @@ import collections
 import concurrent.futures
 import itertools
 import queue
+import sys
 import threading
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -61,6 +65,38 @@ _worker = threading.local()  # per thread: the WorkerInfo of a DataLoader worker
 def get_worker_info() -> WorkerInfo | None:
     """The calling worker thread's WorkerInfo, or None outside a DataLoader worker."""
     return getattr(_worker, "info", None)
+
+
+class _KeyErrorMessage(str):
+    """A KeyError's message that prints as it is (torch's KeyErrorMessage)."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+class _ExceptionWrapper:
+    """An exception raised in a worker, carried to the loop as text, as torch's ExceptionWrapper.
+
+    The worker's exception object is not passed on: its traceback holds the worker thread's
+    frames (and through them the Thread), which would then live until a garbage collection
+    found them, and run their Python weakref callbacks at an arbitrary moment on the main
+    thread (where a pending KeyboardInterrupt fires and is lost)."""
+
+    def __init__(self, where: str) -> None:
+        exc_type, exc, tb = sys.exc_info()
+        self.exc_type = exc_type
+        self.exc_msg = "".join(traceback.format_exception(exc_type, exc, tb))
+        self.where = where
+
+    def reraise(self) -> None:
+        msg = f"Caught {self.exc_type.__name__} {self.where}.\nOriginal {self.exc_msg}"
+        if self.exc_type is KeyError:
+            msg = _KeyErrorMessage(msg)
+        try:
+            exception = self.exc_type(msg)
+        except Exception:  # noqa: BLE001 - an exception type that takes other arguments
+            raise RuntimeError(msg) from None
+        raise exception
 
 
 class DataLoader:
@@ -211,6 +247,13 @@ class DataLoader:
         except concurrent.futures.TimeoutError:
             raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from None
 
+    def _fetch_in_worker(self, index: Any) -> Any:
+        try:
+            return self._fetch(index)
+        except Exception:  # noqa: BLE001 - re-raised in the loop: See _ExceptionWrapper
+            info = get_worker_info()
+            return _ExceptionWrapper(f"in DataLoader worker thread {info.id if info else 0}")
+
     def _prefetch_map(self, base_seed: int) -> Iterator[Any]:
         pool = self._pool(self.num_workers, base_seed)
         window = max(1, self.num_workers * self.prefetch_factor)
@@ -218,7 +261,7 @@ class DataLoader:
         indices = iter(self._index_sampler)
         try:
             for index in itertools.islice(indices, window):
-                pending.append(pool.submit(self._fetch, index))
+                pending.append(pool.submit(self._fetch_in_worker, index))
             while pending:
                 if not self.in_order:  # the first finished batch first, as torch's in_order=False
                     done, _ = concurrent.futures.wait(pending, timeout=self.timeout or None,
@@ -230,8 +273,10 @@ class DataLoader:
                 else:
                     future = pending.popleft()
                 batch = self._wait(future)
+                if isinstance(batch, _ExceptionWrapper):
+                    batch.reraise()
                 for index in itertools.islice(indices, 1):
-                    pending.append(pool.submit(self._fetch, index))
+                    pending.append(pool.submit(self._fetch_in_worker, index))
                 yield batch
         finally:
             for f in pending:
@@ -262,8 +307,8 @@ class DataLoader:
                     if stop.is_set():
                         return
                 q.put((end, None))
-            except BaseException as e:  # noqa: BLE001 - re-raised on the consumer's thread
-                q.put((end, e))
+            except BaseException:  # noqa: BLE001 - re-raised on the consumer's thread: See _ExceptionWrapper
+                q.put((end, _ExceptionWrapper("in DataLoader worker thread 0")))
 
         pool.submit(produce)
         try:
@@ -274,7 +319,7 @@ class DataLoader:
                     raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds") from None
                 if item is end:
                     if err is not None:
-                        raise err
+                        err.reraise()
                     return
                 yield item
         finally:
