@@ -160,6 +160,7 @@ def test_dataloader_argument_errors_match_torch():
         assert msgs[0] == msgs[1], kw
 
 
+@pytest.mark.timeout(60)
 def test_iterable_dataset_and_sampler_argument():
     class Stream(IterableDataset):
         def __iter__(self):

@@ -288,8 +288,13 @@ def test_containers_behave_like_torch():
         pd["v"] = lib.ones(2)
         assert isinstance(pd["v"], lib.nn.Parameter) and list(pd) == ["w", "v"]
         assert [n for n, _ in pd.named_parameters()] == ["w", "v"]
-    assert repr(nn.ModuleList([nn.Linear(2, 2) for _ in range(3)])) == \
-        repr(torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)]))
+    def mixed(lib):  # runs of equal entries collapse, as torch prints them
+        m = lib.nn
+        return m.ModuleList([m.Linear(2, 2), m.Linear(2, 2), m.ReLU(), m.Linear(2, 2),
+                             m.Sequential(m.ReLU(), m.Tanh()), m.Sequential(m.ReLU(), m.Tanh())])
+
+    assert repr(mixed(tg)) == repr(mixed(torch)) and "(4-5): 2 x Sequential(" in repr(mixed(tg))
+    assert repr(nn.ModuleList()) == repr(torch.nn.ModuleList())
 
 
 def test_hooks_modify_inputs_and_outputs_and_remove():
