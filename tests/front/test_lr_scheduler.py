@@ -129,3 +129,18 @@ def test_scheduler_errors_match_torch():
         with pytest.raises(ValueError, match="Tried to step 3 times. The specified number of total steps is 2"):
             one.step()
             one.step()
+
+
+def test_order_warning_matches_torch():
+    torch = pytest.importorskip("torch")
+    for lib in (tg, torch):
+        opt = lib.optim.SGD([lib.zeros(1, requires_grad=True)], lr=1.0)
+        sched = lib.optim.lr_scheduler.StepLR(opt, 2)
+        with pytest.warns(UserWarning, match="Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`"):
+            sched.step()
+        opt2 = lib.optim.SGD([lib.zeros(1, requires_grad=True)], lr=1.0)
+        sched2 = lib.optim.lr_scheduler.StepLR(opt2, 2)
+        opt2.step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sched2.step()  # the right order: no warning

@@ -177,6 +177,7 @@ class LBFGS(Optimizer):
             with enable_grad():
                 return closure()
 
+        self._opt_called = True  # See Optimizer.step
         with self._lock:  # an RLock: the closure's zero_grad() takes it again on this thread
             return self._run(evaluate)
 
