@@ -6,8 +6,6 @@
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ...engine.tensor import Tensor
 from .. import functional as F
 from .module import Module

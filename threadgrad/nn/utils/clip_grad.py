@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable
+from typing import Any
 
 from ... import ops
 from ...engine.grad_mode import no_grad

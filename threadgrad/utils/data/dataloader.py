@@ -39,12 +39,12 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from ._collate import default_collate, default_convert
 from ._random import seed_from
-from .dataset import Dataset, IterableDataset
-from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from .dataset import IterableDataset
+from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 __all__ = ["DataLoader", "get_worker_info", "WorkerInfo"]
 
