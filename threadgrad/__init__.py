@@ -84,6 +84,7 @@ from .ops import __all__ as _op_names  # noqa: E402
 from ._front import (as_tensor, device, from_numpy, is_floating_point, is_tensor, numel, rand_like, randint,  # noqa: E402
                      randn_like, randperm)
 from .serialization import load, save  # noqa: E402
+from ._generator import Generator  # noqa: E402
 from . import autograd, cuda, nn, optim, utils  # noqa: E402
 from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
 from . import distributed  # noqa: E402 - data parallel over MPI (mpi4py loads at init_process_group)
@@ -105,7 +106,7 @@ complex128 = _np.complex128
 clip = clamp  # noqa: F405 - torch's alias
 
 __all__ = (["__version__", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
-            "Tensor", "Function", "Device", "device", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
+            "Tensor", "Function", "Device", "device", "Generator", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
             "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "rand_like", "randn_like",
             "randint", "randperm", "arange", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
             "is_grad_enabled", "is_tensor", "is_floating_point", "numel", "save", "load", "clip",

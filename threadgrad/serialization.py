@@ -98,6 +98,10 @@ class _Unpickler(pickle.Unpickler):
             return rebuild_storage
         if (module, name) in _SAFE:
             return _SAFE[(module, name)]
+        if (module, name) == ("threadgrad.nn.parameter", "_rebuild_parameter"):  # nn.Parameter, as torch allows
+            from .nn.parameter import _rebuild_parameter
+
+            return _rebuild_parameter
         if self.weights_only:
             raise pickle.UnpicklingError(
                 f"Weights only load failed. Unsupported global: GLOBAL {module}.{name}. threadgrad.load with "

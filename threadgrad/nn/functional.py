@@ -20,7 +20,11 @@ from ..engine.tensor import Tensor
 from ..ops.nn import one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
-           "l1_loss", "linear", "conv2d", "dropout", "one_hot"]
+           "l1_loss", "linear", "conv2d", "dropout", "one_hot",
+           # composites of existing ops (no op of their own; see Note [Composite functionals])
+           "bilinear", "layer_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
+           "huber_loss", "kl_div"]
 
 
 def _unsupported(fname: str, **given: Any) -> None:
@@ -131,8 +135,21 @@ def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
-    """``input @ weight.T + bias``, ``weight`` of shape ``(out_features, in_features)``."""
-    return ops.linear(input, weight, bias)
+    """``input @ weight.T + bias``, ``weight`` of shape ``(out_features, in_features)``; a
+    feature count that does not fit raises torch's RuntimeError naming both shapes."""
+    try:
+        return ops.linear(input, weight, bias)
+    except RuntimeError:
+        # torch's words for the common mistake (checked only after the op refused, so the
+        # call costs nothing more when shapes fit)
+        if (isinstance(input, Tensor) and isinstance(weight, Tensor) and input.ndim >= 2 and weight.ndim == 2
+                and input.shape[-1] != weight.shape[1]):
+            rows = 1
+            for n in input.shape[:-1]:
+                rows *= n
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{input.shape[-1]} and "
+                               f"{weight.shape[1]}x{weight.shape[0]})") from None
+        raise
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,  # noqa: A002
@@ -161,3 +178,240 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` when ``training``."""
     out = ops.dropout(input, p, training)
     return _inplace(input, out) if inplace and out is not input else out
+
+
+# Note [Composite functionals]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The functions below have no op (and no node) of their own: each is a few existing ops, so
+# its backward, double backward and device rules come from those ops. They compute torch's
+# values; where torch has a fused kernel (layer_norm, nll_loss, embedding) the graph here has
+# more nodes. An op of its own for each, with its registry samples, is issue 30's and 32's
+# later work (ops/ is being restructured first).
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``y[..., k] = input1 @ weight[k] @ input2 + bias[k]``, ``weight`` of shape
+    ``(out, in1, in2)``, as ``torch.nn.functional.bilinear``."""
+    out_f, in1, in2 = weight.shape
+    if input1.shape[-1] != in1:
+        raise RuntimeError(f"bilinear(): input1 size does not match weight size: got {input1.shape[-1]} but "
+                           f"expected {in1}")
+    if input2.shape[-1] != in2:
+        raise RuntimeError(f"bilinear(): input2 size does not match weight size: got {input2.shape[-1]} but "
+                           f"expected {in2}")
+    lead = input1.shape[:-1]
+    x1 = ops.reshape(input1, (-1, in1))
+    x2 = ops.reshape(input2, (-1, in2))
+    w = ops.reshape(ops.permute(weight, (1, 0, 2)), (in1, out_f * in2))
+    t = ops.reshape(ops.matmul(x1, w), (-1, out_f, in2))  # (N, out, in2)
+    y = ops.sum(ops.mul(t, ops.unsqueeze(x2, 1)), dim=2)
+    if bias is not None:
+        y = ops.add(y, bias)
+    return ops.reshape(y, tuple(lead) + (out_f,))
+
+
+def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Normalize over the last ``len(normalized_shape)`` dims (biased variance), then scale by
+    ``weight`` and shift by ``bias``, as ``torch.nn.functional.layer_norm``."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(input.shape[input.ndim - len(shape):]) != shape:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*, "
+                           f"{', '.join(str(n) for n in shape)}], but got input of size{list(input.shape)}")
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    mu = ops.mean(input, dims, keepdim=True)
+    centered = ops.sub(input, mu)
+    var = ops.mean(ops.mul(centered, centered), dims, keepdim=True)
+    out = ops.div(centered, ops.sqrt(ops.add(var, eps)))
+    if weight is not None:
+        out = ops.mul(out, weight)
+    if bias is not None:
+        out = ops.add(out, bias)
+    return out
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """Rows of ``weight`` picked by the integer ``input``; the row ``padding_idx`` gets no
+    gradient, as torch's."""
+    _unsupported("embedding", max_norm=(max_norm, None), scale_grad_by_freq=(scale_grad_by_freq, False),
+                 sparse=(sparse, False))
+    if not isinstance(input, Tensor) or input.dtype.kind not in "iu":
+        kind = type(input).__name__ if not isinstance(input, Tensor) else f"{input.dtype}"
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {kind} instead (while checking arguments for embedding)")
+    n = weight.shape[0]
+    if input.numel() and (int(input.max().item()) >= n or int(input.min().item()) < -n):
+        raise IndexError("index out of range in self")
+    out = ops.getitem(weight, input)
+    if padding_idx is not None:
+        if padding_idx < 0:
+            padding_idx += n
+        keep = ops.unsqueeze(input != padding_idx, -1)
+        out = ops.where(keep, out, out.detach())  # same values; no gradient into the padding row
+    return out
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None,  # noqa: A002
+             ignore_index: int = -100, reduce: Any = None, reduction: str = "mean") -> Tensor:
+    """Negative log likelihood of log-probabilities ``input`` (``(N, C)``, ``(C,)`` or
+    ``(N, C, d1, ...)``) at class indices ``target``, with class ``weight`` and
+    ``ignore_index``, as ``torch.nn.functional.nll_loss``."""
+    reduction = _legacy_reduction("nll_loss", size_average, reduce, reduction)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if input.ndim == 1:
+        input, target = ops.unsqueeze(input, 0), ops.unsqueeze(target, 0)
+    if input.ndim < 2:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    if input.shape[0] != target.shape[0]:
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                         f"({target.shape[0]}).")
+    valid = target != ignore_index
+    safe = ops.where(valid, target, 0)
+    picked = ops.squeeze(ops.gather(input, 1, ops.unsqueeze(safe, 1)), 1)
+    w = ops.where(valid, 1.0, 0.0) if weight is None else ops.where(valid, ops.getitem(weight, safe), 0.0)
+    w = ops.to(w, None, input.dtype)
+    loss = ops.neg(ops.mul(picked, w))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return ops.sum(loss)
+    return ops.div(ops.sum(loss), ops.sum(w))
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``x * sigmoid(x)``."""
+    out = ops.mul(input, ops.sigmoid(input))
+    return _inplace(input, out) if inplace else out
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``x`` where positive, ``negative_slope * x`` elsewhere."""
+    out = ops.where(input > 0, input, ops.mul(input, negative_slope))
+    return _inplace(input, out) if inplace else out
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+    neg = ops.mul(ops.sub(ops.exp(ops.clamp(input, max=0.0)), 1.0), alpha)
+    out = ops.where(input > 0, input, neg)
+    return _inplace(input, out) if inplace else out
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``input`` clamped to ``[min_val, max_val]``."""
+    out = ops.clamp(input, min_val, max_val)
+    return _inplace(input, out) if inplace else out
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``min(max(x, 0), 6)``."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """``x * tanh(softplus(x))``."""
+    out = ops.mul(input, ops.tanh(ops.softplus(input)))
+    return _inplace(input, out) if inplace else out
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    """``log(sigmoid(x))``, computed as ``-softplus(-x)``."""
+    return ops.neg(ops.softplus(ops.neg(input)))
+
+
+def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return ops.mean(loss)
+    if reduction == "sum":
+        return ops.sum(loss)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                         size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+    """``-(t log x + (1 - t) log(1 - x))`` for probabilities ``input``, the logs clamped at
+    -100 as torch's."""
+    reduction = _legacy_reduction("binary_cross_entropy", size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({_torch_size(target.shape)}) that is different to the input size "
+                         f"({_torch_size(input.shape)}) is deprecated. Please ensure they have the same size.")
+    log_x = ops.clamp(ops.log(input), min=-100.0)
+    log_1mx = ops.clamp(ops.log(ops.sub(1.0, input)), min=-100.0)
+    loss = ops.neg(ops.add(ops.mul(target, log_x), ops.mul(ops.sub(1.0, target), log_1mx)))
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce_loss(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                                     size_average: Any = None, reduce: Any = None, reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:
+    """Sigmoid and binary cross entropy in one stable formula, with ``pos_weight`` (the weight
+    of positive examples, per class), as torch's."""
+    reduction = _legacy_reduction("binary_cross_entropy_with_logits", size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({_torch_size(target.shape)}) must be the same as input size "
+                         f"({_torch_size(input.shape)})")
+    sp = ops.softplus(ops.neg(input))  # -log(sigmoid(x)), stable
+    if pos_weight is None:
+        loss = ops.add(ops.mul(ops.sub(1.0, target), input), sp)
+    else:
+        coeff = ops.add(ops.mul(ops.sub(pos_weight, 1.0), target), 1.0)
+        loss = ops.add(ops.mul(ops.sub(1.0, target), input), ops.mul(coeff, sp))
+    if weight is not None:
+        loss = ops.mul(loss, weight)
+    return _reduce_loss(loss, reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta`` (``d = input - target``;
+    ``beta=0`` is the L1 loss), as torch's."""
+    reduction = _legacy_reduction("smooth_l1_loss", size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    warn_broadcast(input, target, 2)
+    d = ops.abs(ops.sub(input, target))
+    if beta == 0:
+        return _reduce_loss(d, reduction)
+    loss = ops.where(d < beta, ops.div(ops.mul(ops.mul(d, d), 0.5), beta), ops.sub(d, 0.5 * beta))
+    return _reduce_loss(loss, reduction)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: Tensor | None = None) -> Tensor:
+    """``0.5 d^2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``, as torch's."""
+    _unsupported("huber_loss", weight=(weight, None))
+    warn_broadcast(input, target, 2)
+    d = ops.abs(ops.sub(input, target))
+    loss = ops.where(d < delta, ops.mul(ops.mul(d, d), 0.5), ops.mul(ops.sub(d, 0.5 * delta), delta))
+    return _reduce_loss(loss, reduction)
+
+
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+           reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """``target (log target - input)`` pointwise (0 where ``target`` is 0), ``input`` being
+    log-probabilities; ``reduction='batchmean'`` divides the sum by the batch size, as torch's."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction("kl_div", size_average, reduce, reduction)
+    elif reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    if log_target:
+        loss = ops.mul(ops.exp(target), ops.sub(target, input))
+    else:
+        positive = target > 0
+        safe = ops.where(positive, target, 1.0)  # log(1) = 0 where target is 0: xlogy's rule
+        loss = ops.sub(ops.mul(target, ops.log(safe)), ops.mul(target, input))
+    if reduction == "batchmean":
+        return ops.div(ops.sum(loss), input.shape[0]) if input.ndim else ops.sum(loss)
+    return _reduce_loss(loss, reduction)
+
+
+def _torch_size(shape: tuple) -> str:
+    return f"torch.Size({list(shape)})"

@@ -1,4 +1,5 @@
-"""``tg.optim``: SGD, Adam and AdamW with torch.optim's signatures and update rules.
+"""``tg.optim``: torch.optim's optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax,
+NAdam, RAdam, LBFGS) with its signatures and update rules, and ``lr_scheduler``.
 
 See docs/optim.md (and, for threads, Note [Optimizer threads] in optimizer.py).
 
@@ -14,8 +15,17 @@ See docs/optim.md (and, for threads, Note [Optimizer threads] in optimizer.py).
 """
 from __future__ import annotations
 
+from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
+from .lbfgs import LBFGS
+from .nadam import NAdam
 from .optimizer import Optimizer
+from .radam import RAdam
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
+           "lr_scheduler"]

@@ -142,6 +142,7 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        self._opt_called = True  # what lr_scheduler's order warning looks for (torch wraps step to set it)
         with self._lock:  # See Note [Optimizer threads]
             for group in self.param_groups:
                 self._update_group(group)

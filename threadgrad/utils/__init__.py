@@ -1,6 +1,6 @@
-"""``tg.utils``: as ``torch.utils``, the part of it threadgrad has: ``checkpoint``."""
+"""``tg.utils``: as ``torch.utils``, the parts threadgrad has: ``checkpoint`` and ``data``."""
 from __future__ import annotations
 
-from . import checkpoint
+from . import checkpoint, data
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "data"]

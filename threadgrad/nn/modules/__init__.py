@@ -1,0 +1,19 @@
+"""``tg.nn``'s module classes, one file per kind as torch/nn/modules/."""
+from __future__ import annotations
+
+from .activation import (ELU, GELU, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, ReLU, ReLU6, Sigmoid, SiLU,
+                         Softmax, Softplus, Tanh)
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .dropout import Dropout
+from .linear import Bilinear, Flatten, Identity, Linear, Unflatten
+from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
+                   SmoothL1Loss)
+from .module import Module
+from .normalization import LayerNorm
+from .sparse import Embedding
+
+__all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear",
+           "Bilinear", "Flatten", "Unflatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Softplus", "Softmax", "LogSoftmax",
+           "SiLU", "LeakyReLU", "ELU", "Hardtanh", "ReLU6", "Mish", "LogSigmoid", "Dropout", "Embedding", "LayerNorm",
+           "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
+           "KLDivLoss"]
