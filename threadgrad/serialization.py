@@ -74,7 +74,9 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, Tensor):
             shared = reduce_tensor_shared(obj, self.storages)
             if shared is not None:
-                return shared
+                # a subclass that pickles itself around its tensor (nn.Parameter) keeps its class
+                wrap = getattr(obj, "_wrap_reduced", None)
+                return shared if wrap is None else wrap(shared)
         return NotImplemented
 
 

@@ -55,7 +55,12 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
     def __reduce_ex__(self, protocol: int) -> tuple:
-        return (_rebuild_parameter, (reduce_tensor(self, protocol), self.requires_grad))
+        return self._wrap_reduced(reduce_tensor(self, protocol))
+
+    def _wrap_reduced(self, reduced: tuple) -> tuple:
+        """The pickled form of this Parameter around ``reduced``, its tensor's (``tg.save``
+        passes its storage-sharing form, threadgrad/serialization.py)."""
+        return (_rebuild_parameter, (reduced, self.requires_grad))
 
     def __deepcopy__(self, memo: dict) -> "Parameter":
         done = memo.get(id(self))
