@@ -45,3 +45,32 @@ def test_fused_optimizer_steps_match_the_cpu_formulas(cls, kw, dtype):
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     for a, b in zip(runs["cpu"], runs["cuda"]):
         np.testing.assert_allclose(b, a, **tol)
+
+
+@pytest.mark.parametrize("loss_name", ["cross_entropy", "mse"])
+def test_an_nn_module_program_trains_on_cuda_as_on_the_cpu(loss_name):
+    """A torch-style training loop (nn.Sequential, a loss module, clip_grad_norm_, Adam,
+    zero_grad) on cuda and on the cpu from the same weights: the fused kernels, the owned
+    gradients and the multi-tensor updates give the cpu's parameters."""
+    rng = np.random.default_rng(3)
+    xa = rng.standard_normal((32, 6)).astype(np.float32)
+    target = rng.integers(0, 4, 32) if loss_name == "cross_entropy" else rng.standard_normal((32, 4)).astype(np.float32)
+    tg.manual_seed(0)
+    base = tg.nn.Sequential(tg.nn.Linear(6, 16), tg.nn.ReLU(), tg.nn.Linear(16, 4))
+    state = {k: v.detach().numpy().copy() for k, v in base.state_dict().items()}
+    runs = {}
+    for dev in ("cpu", "cuda"):
+        model = tg.nn.Sequential(tg.nn.Linear(6, 16), tg.nn.ReLU(), tg.nn.Linear(16, 4))
+        model.load_state_dict({k: tg.tensor(v) for k, v in state.items()})
+        model.to(dev)
+        criterion = tg.nn.CrossEntropyLoss() if loss_name == "cross_entropy" else tg.nn.MSELoss()
+        opt = tg.optim.Adam(model.parameters(), lr=0.01)
+        x, y = tg.tensor(xa, device=dev), tg.tensor(target, device=dev)
+        for _ in range(5):
+            opt.zero_grad()
+            criterion(model(x), y).backward()
+            tg.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+        runs[dev] = [devices.get(dev).to_host(p.data) for p in model.parameters()]
+    for a, b in zip(runs["cpu"], runs["cuda"]):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -623,3 +623,42 @@ def test_tg_optim_steps_through_the_fused_updates_on_cuda(kcuda, make):
     assert launched == 3  # the kcuda run: one launch per step for both parameters
     for a, b in zip(runs[devices.cpu], runs[kcuda]):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, float("inf")])
+def test_clip_grad_norm_on_cuda_takes_the_multi_tensor_kernels_and_reads_nothing(kcuda, norm_type):
+    """tg.nn.utils.clip_grad_norm_ on a device with fused kernels: four launches for the norm
+    and one for the scaling, no .item(), each gradient's version up by one, and cpu's values."""
+    import threadgrad as tg
+
+    rng = np.random.default_rng(12)
+    shapes = [(4, 3), (3,), (2, 2)]
+    runs = {}
+    for dev in (devices.cpu, kcuda):
+        ps = [tg.nn.Parameter(engine.tensor(rng.standard_normal(s) * 0 + 1.0, device=dev)) for s in shapes]
+        for p, s in zip(ps, shapes):
+            p.grad = engine.tensor(np.arange(np.prod(s), dtype=float).reshape(s) - 2.5, device=dev)
+        versions = [p.grad.version for p in ps]
+        kcuda.xp.launches.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            if dev is kcuda:
+                mp.setattr(engine.Tensor, "item", lambda self: pytest.fail("clip_grad_norm_ read the GPU"))
+            total = tg.nn.utils.clip_grad_norm_(ps, 1.5, norm_type)
+        runs[dev] = (total.numpy(), [p.grad.numpy() for p in ps])
+        assert [p.grad.version for p in ps] == [v + 1 for v in versions]
+    assert [k for k in kcuda.xp.launches if "norm" in k or "scale" in k] == [
+        "threadgrad_norm_partial_double", "threadgrad_norm_finish_double", "threadgrad_norm_total_double",
+        "threadgrad_scale_double"]
+    np.testing.assert_allclose(runs[kcuda][0], runs[devices.cpu][0], rtol=1e-14)
+    for a, b in zip(runs[kcuda][1], runs[devices.cpu][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
+def test_clip_grad_norm_on_cuda_raises_for_a_nonfinite_norm_before_scaling(kcuda):
+    import threadgrad as tg
+
+    p = tg.nn.Parameter(engine.tensor(np.ones(3), device=kcuda))
+    p.grad = engine.tensor(np.array([1.0, np.inf, 2.0]), device=kcuda)
+    with pytest.raises(RuntimeError, match="is non-finite, so it cannot be clipped"):
+        tg.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+    np.testing.assert_array_equal(p.grad.numpy(), [1.0, np.inf, 2.0])

@@ -9,6 +9,7 @@ from typing import Any
 from ... import ops
 from ...engine.grad_mode import no_grad
 from ...engine.tensor import Tensor, _wrap
+from ...engine.versions import bump as _bump_version
 
 __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_"]
 
@@ -34,10 +35,37 @@ def get_total_norm(tensors: Any, norm_type: float = 2.0, error_if_nonfinite: boo
             total = ops.max(ops.stack(norms)) if norm_type > 0 else ops.min(ops.stack(norms))
         else:
             total = ops.norm(ops.stack(norms), norm_type)
-    if error_if_nonfinite and not math.isfinite(total.item()):
+    if error_if_nonfinite:
+        _check_finite(total, norm_type)
+    return total
+
+
+def _check_finite(total: Tensor, norm_type: float) -> None:
+    if not math.isfinite(total.item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
                            "norm anyway, set `error_if_nonfinite=False`")
+
+
+def _clip_on_device(grads: list[Tensor], max_norm: float, norm_type: float, error_if_nonfinite: bool) -> Tensor | None:
+    """clip_grad_norm_ on a device with multi-tensor kernels (a GPU): the total norm and the
+    coefficient stay on the device, as torch's do, so nothing waits for the GPU unless
+    ``error_if_nonfinite`` must look at the norm (torch reads it then too). None when the
+    kernels do not take these gradients. See Note [Multi-tensor updates] in devices/_fused.py."""
+    device = grads[0].device
+    kernels = device.kernels
+    if not kernels.fused or any(g.device is not device for g in grads):
+        return None
+    arrays = [g._data for g in grads]
+    out = kernels.clip_norm(arrays, float(max_norm), float(norm_type))
+    if out is None:
+        return None
+    total = _wrap(out[0], device)
+    if error_if_nonfinite:
+        _check_finite(total, float(norm_type))
+    kernels.scale_(arrays, out[1:])
+    for g in grads:
+        _bump_version(g)  # an in-place change, as torch's mul_
     return total
 
 
@@ -62,6 +90,10 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0, er
     is accepted and changes nothing (one implementation)."""
     ps = _tensors(parameters)
     grads = [p.grad for p in ps if p.grad is not None]
+    if grads:
+        total = _clip_on_device(grads, max_norm, norm_type, error_if_nonfinite)
+        if total is not None:
+            return total
     total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(ps, max_norm, total, foreach)
     return total
