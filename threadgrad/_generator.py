@@ -19,6 +19,7 @@ from typing import Any
 import numpy
 
 from . import devices
+from .engine._locks import remade_at_fork
 
 __all__ = ["Generator"]
 
@@ -30,8 +31,12 @@ class Generator:
     def __init__(self, device: Any = "cpu") -> None:
         self.device = devices.get(device)
         self._lock = threading.Lock()  # numpy Generators are not thread-safe
+        remade_at_fork(self)  # a child forked mid-draw finds it free: Note [Locks across fork]
         self._initial_seed = 67280421310721  # torch's default seed for a new Generator
         self._gen = numpy.random.Generator(numpy.random.PCG64(self._initial_seed))
+
+    def _remake_locks(self) -> None:
+        self._lock = threading.Lock()
 
     def manual_seed(self, seed: int) -> "Generator":
         with self._lock:

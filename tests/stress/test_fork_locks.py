@@ -286,6 +286,13 @@ COVERED = {
     ("threadgrad/distributed/_comm.py", "_CommThread._remake_locks"): "the remaking itself",
     ("threadgrad/distributed/ddp.py", "DistributedDataParallel.__init__"): "remade_at_fork (mp_cases ddp_fork)",
     ("threadgrad/distributed/ddp.py", "DistributedDataParallel._remake_locks"): "the remaking itself",
+    ("threadgrad/_generator.py", "Generator.__init__"): "remade_at_fork (generator and module test)",
+    ("threadgrad/_generator.py", "Generator._remake_locks"): "the remaking itself",
+    ("threadgrad/nn/modules/module.py", "Module.__init__"): "remade_at_fork (generator and module test)",
+    ("threadgrad/nn/modules/module.py", "Module.__setstate__"): "remade_at_fork (generator and module test)",
+    ("threadgrad/nn/modules/module.py", "Module._remake_locks"): "the remaking itself",
+    ("threadgrad/utils/data/dataloader.py", "DataLoader._prefetch_stream"):
+        "one iteration's stop event: its worker threads do not survive the fork either",
 }
 
 
@@ -417,6 +424,19 @@ def _objects_with_their_own_locks() -> list[tuple[str, Any, Callable[[], bool]]]
     def comm_work() -> bool:
         return dog._cond.acquire(False) and thread._cond.acquire(False)
     found.append(("distributed watchdog and comm thread", [dog._cond, thread._cond], comm_work))
+
+    import threadgrad as tg
+
+    gen = tg.Generator().manual_seed(3)
+    found.append(("generator", [gen._lock], lambda: gen.manual_seed(5).initial_seed() == 5))
+    lin = tg.nn.Linear(2, 2)
+    calls: list = []
+
+    def module_hooks() -> bool:
+        lin.register_forward_hook(lambda *a: calls.append(1))
+        lin(tg.tensor([[1.0, 2.0]]))
+        return calls == [1]
+    found.append(("module hooks", [lin._hooks_lock], module_hooks))
 
     from threadgrad import distributed
     found.append(("distributed group lock", [distributed._group_lock],

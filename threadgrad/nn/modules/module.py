@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy
 
 from ... import devices
+from ...engine._locks import remade_at_fork
 from ...engine.grad_mode import no_grad
 from ...engine.tensor import Tensor, to_device, to_dtype
 from ..parameter import Buffer, Parameter
@@ -124,6 +125,7 @@ class Module(HooksMixin):
         setattr_(self, "_backward_hooks", OrderedDict())
         setattr_(self, "_backward_pre_hooks", OrderedDict())
         setattr_(self, "_hooks_lock", threading.Lock())  # See Note [Modules and threads]
+        remade_at_fork(self)  # a child forked while a hook is being added finds it free
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -568,6 +570,11 @@ class Module(HooksMixin):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        object.__setattr__(self, "_hooks_lock", threading.Lock())
+        remade_at_fork(self)
+
+    def _remake_locks(self) -> None:
+        """In a forked child (Note [Locks across fork] in engine/_locks.py)."""
         object.__setattr__(self, "_hooks_lock", threading.Lock())
 
 
