@@ -5,6 +5,7 @@ Usage::
     python benchmarks/gpu.py              # full run
     python benchmarks/gpu.py --quick      # smaller sizes, 3 repeats
     python benchmarks/gpu.py --no-torch   # leave out the torch columns
+    python benchmarks/gpu.py --gpu-only   # leave out the cpu rows
 
 Needs cupy and an NVIDIA GPU (``pip install 'threadgrad[cuda]'``); without them it prints
 why and exits with status 2. PyTorch is optional: when ``torch.cuda.is_available()`` the
@@ -329,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, 3 repeats")
     ap.add_argument("--no-torch", action="store_true", help="leave out torch even if it is installed")
+    ap.add_argument("--gpu-only", action="store_true",
+                    help="leave out the cpu rows (their BLAS and OpenMP threads, busy between the GPU rows, "
+                         "slow the GPU rows' host threads)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--width", type=int, default=None)
@@ -350,12 +354,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch = None if args.no_torch else try_import_torch()
     torch_cuda = torch is not None and torch.cuda.is_available()
-    mlp_backends: list = [Ours("cuda"), Ours("cpu")]
+    mlp_backends: list = [Ours("cuda")] + ([] if args.gpu_only else [Ours("cpu")])
     if hasattr(devices.get("cuda").kernels, "cross_entropy_forward"):  # (absent in older trees: THREADGRAD_TREE)
         mlp_backends.append(CupyByHand())
     chain_backends: list = [Ours("cuda")]
     if torch_cuda:
-        mlp_backends += [Torch(torch, "cuda"), Torch(torch, "cpu")]
+        mlp_backends += [Torch(torch, "cuda")] + ([] if args.gpu_only else [Torch(torch, "cpu")])
         chain_backends.append(Torch(torch, "cuda"))
     import threadgrad  # noqa: PLC0415 - this tree's (see _common.py)
 
@@ -373,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(f"MLP step: batch {args.batch}, {args.depth} Linear layers of width {args.width} "
                  f"({args.features} inputs, {args.classes} classes), float32, relu, cross-entropy, SGD.")
     lines.append("")
-    base = mlp["threadgrad cpu"]
-    rows = [[name, fmt(ms), f"{base / ms:.2f}x"] for name, ms in mlp.items()]
+    base = mlp.get("threadgrad cpu")
+    rows = [[name, fmt(ms), f"{base / ms:.2f}x" if base else "-"] for name, ms in mlp.items()]
     lines.append(markdown_table(["backend", "ms / step", "speed-up vs threadgrad cpu"], rows))
     if torch_cuda:
         lines += ["", f"threadgrad cuda / torch cuda: {mlp['threadgrad cuda'] / mlp['torch cuda']:.2f}x (above 1: threadgrad slower)"]

@@ -752,11 +752,11 @@ class Fused(_Table):
         GPU: a (2,) array of their dtype holding the total ``norm_type`` norm and the clipping
         coefficient ``clamp(max_norm / (total + 1e-6), max=1)``, in four launches for up to 32
         gradients. None when the arrays do not fit the kernels (another norm than 1, 2 or inf,
-        mixed dtypes, a non-contiguous or repeated array, several GPUs, none at all): the
-        caller computes it with ops. See Note [Multi-tensor updates]."""
+        mixed dtypes, a non-contiguous or repeated array, several GPUs, none at all, an empty
+        one with the inf-norm): the caller computes it with ops. See Note [Multi-tensor updates]."""
         kind = _NORM_KINDS.get(float(norm_type))
-        if kind is None or not grads:
-            return None
+        if kind is None or not grads or (kind == 2 and any(g.size == 0 for g in grads)):
+            return None  # (the inf-norm of an empty gradient is torch's error, which the ops raise)
         launches, rest = self._multi_tensor_groups([(g,) for g in grads])
         if rest or len(launches) != 1:
             return None

@@ -557,7 +557,8 @@ def test_clip_norm_computes_torchs_norm_and_scales_with_no_read(norm_type, dtype
     xp = _kernel_xp()
     table = _fused.Fused(xp)
     rng = np.random.default_rng(9)
-    grads = [rng.standard_normal(s).astype(dtype) for s in [(700,), (3, 5), (0,)] + [(4,)] * 35]
+    empty = [] if norm_type == float("inf") else [(0,)]  # (torch refuses the inf-norm of an empty tensor)
+    grads = [rng.standard_normal(s).astype(dtype) for s in [(700,), (3, 5)] + empty + [(4,)] * 35]
     want_total, want = _torch_like_clip(grads, 0.5, norm_type)
     out = table.clip_norm(grads, 0.5, norm_type)
     ctype = "float" if dtype == np.float32 else "double"
@@ -579,6 +580,7 @@ def test_clip_norm_declines_what_its_kernels_do_not_take():
     assert table.clip_norm([np.ones((3, 2)).T], 1.0, 2.0) is None  # not C-contiguous
     assert table.clip_norm([a], 1.0, 3.0) is None  # a p-norm without a kernel
     assert table.clip_norm([], 1.0, 2.0) is None
+    assert table.clip_norm([a, np.ones(0)], 1.0, float("inf")) is None  # torch's error, from the ops
 
 
 def test_fused_updates_leave_float16_to_the_plain_form():
