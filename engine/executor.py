@@ -6,17 +6,25 @@ modules cite them as ``Note [X] in engine/executor.py``.
 
 Note [Threads and queues]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
-Every thread that runs nodes serves exactly one ReadyQueue at a time (``tls.local_queue``):
-  * a caller thread serves its own CPU queue (``tls.own_queue``, made on its first backward);
+Every thread that runs nodes pops one ReadyQueue at a time (``tls.local_queue``):
+  * a caller thread driving a serial task pops its own cpu queue (``tls.own_queue``, made on
+    its first backward); driving a parallel task, that task's ``_SharedQueue`` (Note
+    [Parallel cpu workers]);
   * each non-cpu device (``virtual:N``, ``cuda:N``) has one long-lived worker thread,
     started lazily, serving that device's queue;
   * pool threads run reentrant GraphTasks that went past ``max_recursion_depth`` (serving the
-    queue of the thread that handed them over) and ``backward_async`` calls (serving their
-    own queue). A pool thread idle for ``Engine.pool_idle_timeout`` seconds retires (see
-    ``_Pool``: hand-off and retirement are decided under one lock).
-A node runs on the queue of the device where its input gradients live: cpu work goes to
-the GraphTask's ``owner_queue`` (the queue of the thread that called backward), other
-devices' work to their worker. The executor never hops threads unless the device changes.
+    queue of the thread that handed them over, which waits meanwhile: the queue keeps one
+    consumer) and ``backward_async`` calls (serving their own queue). A pool thread idle for
+    ``Engine.pool_idle_timeout`` seconds retires (see ``_Pool``: hand-off and retirement are
+    decided under one lock);
+  * cpu helpers (``set_cpu_workers(n)``) take from the parallel queues in flight, one queue
+    after the other, so between two tasks a helper may move to another queue.
+A node runs on a thread that serves the queue of the device where its input gradients live:
+cpu work goes to the GraphTask's ``owner_queue`` (the queue of the thread that called
+backward, or of a parallel task its own), other devices' work to their worker. In the serial
+schedule the executor hops threads only when the device changes or a reentrant backward
+passes ``max_recursion_depth`` (its child moves to a pool thread); in the parallel schedule
+a cpu node runs on whichever of the task's threads takes it.
 
 Note [Completion]
 ~~~~~~~~~~~~~~~~~
