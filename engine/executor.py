@@ -26,45 +26,6 @@ schedule the executor hops threads only when the device changes or a reentrant b
 passes ``max_recursion_depth`` (its child moves to a pool thread); in the parallel schedule
 a cpu node runs on whichever of the task's threads takes it.
 
-Note [Completion]
-~~~~~~~~~~~~~~~~~
-``outstanding`` counts NodeTasks pushed but not yet finished. It is incremented when a
-task is pushed and decremented after the task's outputs have been routed, both under the
-GraphTask's lock once the task is shared (before that one thread alone touches it: Note
-[Shared tasks]), so it reaches zero exactly once: when every node that will run has run.
-The thread that brings it to zero runs the final callbacks (``queue_callback``), then marks
-the task done. If that thread does not serve ``owner_queue``, it pushes an empty wake-up
-task there, so the thread driving the GraphTask (blocked in ``pop``) sees ``done`` and
-returns. A stray wake-up left in a queue is harmless: it is popped and ignored.
-
-Note [No future in the GraphTask]
-~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose.
-The only thread that ever waits for a GraphTask is the one driving its loop (the caller, or
-for a reentrant child past the depth limit the parent, which waits for the pool thread to
-*leave* the queue: Note [Reentrant backward]), and that thread already tests ``done`` after
-every task. The outcome is read from ``error`` and ``captured`` when the loop ends
-(``autograd._result``). A Future there was written once and read once per call, and making
-one makes a Condition and an RLock: removing it took a 3-node backward() from 15.6 to 12.7 us
-(the round-5 section of docs/performance.md). The Futures users see are ``backward_async``'s
-and ``grad_async``'s, made around the whole call.
-
-Note [Shared tasks]
-~~~~~~~~~~~~~~~~~~~
-Most GraphTasks never leave the thread that drives them: their nodes all run on the
-owner queue, whose consumer is one thread at a time (the caller, or a pool thread while the
-caller waits for it to leave: Note [Reentrant backward]). Such a task needs no lock around
-routing and ``outstanding``. ``gt.shared`` turns True, for good, the first time ``_push``
-hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before that push, so
-the worker cannot route into the task before this thread's routing ends (``_run_task``
-releases the lock), and from then on every routing takes the lock. Nothing else lets another
-thread into a task's routing: reentrant children are GraphTasks of their own, and
-``queue_callback``, ``_fail`` and ``_abandon`` run on threads that run or drive the task's
-nodes (``_fail`` takes the lock anyway). Skipping the lock saves about 1,770 instructions per
-node (chain backward 28,925 -> 27,155, benchmarks/instructions.py);
-``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the
-switch happens. A parallel task is shared from its start (Note [Parallel cpu workers]).
-
 Note [Errors]
 ~~~~~~~~~~~~~
 The first exception raised by a node, a hook, a callback or a saved-tensor unpack fails the
@@ -195,9 +156,9 @@ Note [Parallel cpu workers]
     helper. Device nodes still go to their device worker;
   * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
     one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=gt)``, which
-    returns once its task is done. ``_wake_owner`` always wakes a parallel queue: the thread
+    returns once its task is done. ``GraphTask.wake_owner`` always wakes a parallel queue: the thread
     that completes the task may be a helper serving that very queue;
-  * the task is shared from the start (Note [Shared tasks]): every routing that touches a
+  * the task is shared from the start (Note [Shared tasks] in engine/graph_task.py): every routing that touches a
     dependency count, an input buffer, the queue or ``outstanding`` is under ``gt.lock``.
     One kind needs none: a node whose outputs all go to nodes that only this edge reaches
     becomes private work of this thread (Note [Private work]);
@@ -327,6 +288,7 @@ from .. import devices
 
 from ._state import tls, used
 from .graph import AccumulateGrad, GraphRoot, Node
+from .graph_task import GraphTask, _current_streams  # noqa: F401 - re-exported (autograd.py, tests)
 from .ready_queue import (  # noqa: F401 - re-exported: tests and threadgrad.profiler import them from here
     _NOTHING, _SEQ_BITS, _SHUTDOWN, _SHUTDOWN_PRIO, _WAKE_PRIO, SIGNAL_SLICE, ReadyQueue, _next_tie,
     _SharedQueue, _signal_slice, _WorkerQueue,
@@ -428,59 +390,6 @@ class _CpuHelpers:
 
 
 _helper_names = itertools.count()
-
-
-class GraphTask:
-    """The state of one backward call (PyTorch's GraphTask). See docs/architecture.md."""
-
-    __slots__ = (
-        "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
-        "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "saved_hooks_off", "depth", "prio_base",
-        "owner_queue", "error", "done", "final_callbacks", "lock",
-        "uses_streams", "caller_streams", "leaf_streams", "shared", "single", "__weakref__",
-    )
-
-    def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
-        self.dependencies: dict[Node, int] = {}   # node -> incoming edges still expected
-        self.not_ready: dict[Node, list] = {}     # node -> input buffer (one slot per input)
-        self.outstanding = 0                      # see Note [Completion]
-        self.exec_info: set[Node] | None = None  # the nodes that run; None: everything reachable
-        self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
-        self.captured: list = []
-        self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
-        self.runnable: set | None = None  # None: every node reached runs or captures (Note [Needed nodes], autograd.py)
-        self.keep_graph = keep_graph
-        self.create_graph = create_graph
-        # Thread-local state captured from the caller; see Note [Thread-local state]. (The
-        # defaults while no thread ever used the feature: Note [Used flags], _install.)
-        if used.anomaly:
-            self.anomaly = tls.anomaly
-            self.check_nan = tls.anomaly_check_nan
-        else:
-            self.anomaly, self.check_nan = False, True
-        if used.saved_hooks:
-            self.saved_hooks, self.saved_hooks_off = tls.saved_hooks, tls.saved_hooks_disabled
-        else:
-            self.saved_hooks, self.saved_hooks_off = (), None
-        self.depth = depth
-        self.prio_base = depth << _SEQ_BITS
-        self.owner_queue = owner_queue
-        self.error: BaseException | None = None
-        self.done = False
-        self.final_callbacks: list[Callable[[], None]] = []
-        self.lock = threading.Lock()
-        self.shared = False  # another thread may route into this task: see Note [Shared tasks]
-        self.single: set | None = None  # parallel tasks: the nodes one edge reaches (Note [Parallel cpu workers])
-        # See Note [Streams]: the caller's current stream per device, captured on its thread.
-        self.uses_streams = devices.streams_in_use
-        self.caller_streams = _current_streams() if self.uses_streams else None
-        self.leaf_streams: list = []
-
-
-def _current_streams() -> dict:
-    # list() first: it copies the values in C, so a device registered meanwhile by another
-    # thread cannot break the iteration (set() would call Device.__hash__, Python code).
-    return {d: d.current_stream() for d in list(devices._registry.values()) if d.has_streams}
 
 
 def _install(gt: GraphTask) -> None:
@@ -834,7 +743,7 @@ class Engine:
             gt.owner_queue = q
             # The root task runs first, without a trip through the queue: nothing else of
             # this thread's can be waiting there (measured: push + pop, about 0.8 us a call).
-            gt.outstanding += 1  # (gt is not shared yet, or holds no node yet: Note [Shared tasks])
+            gt.outstanding += 1  # (gt is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
             prev_queue = tls.local_queue
             tls.local_queue = q
             try:
@@ -1077,7 +986,7 @@ class Engine:
                 self._fail(gt, e, fn)
         err = None
         nxt = None
-        # See Note [Completion] and Note [Shared tasks]: the lock only once another thread
+        # See Note [Completion] in engine/graph_task.py and Note [Shared tasks] in engine/graph_task.py: the lock only once another thread
         # may route into gt (measured: chain backward 28,925 -> 27,155 instructions/node).
         if gt.shared:
             if priv is not None and outputs and gt.single is not None:
@@ -1331,16 +1240,12 @@ class Engine:
     def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
         """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``gt.error``
         under the lock (a routing error, claimed before the task's outstanding count drops)."""
-        if not claimed:
-            with gt.lock:
-                if gt.error is not None:
-                    return
-                gt.error = e
+        if not claimed and not gt.claim_error(e):
+            return
         try:
             _add_node_to_message(e, fn, gt.anomaly)
         finally:  # the error is claimed: whatever happens, the owner must learn of it
-            gt.done = True
-            self._wake_owner(gt)
+            gt.mark_done()
 
     def _abandon(self, wait_for: GraphTask | None, in_hand: GraphTask | None, e: BaseException) -> None:
         """An exception escaped ``_thread_main``'s loop (outside any node: an interrupt at a
@@ -1353,7 +1258,7 @@ class Engine:
             self._fail(wait_for, e, None)
 
     def _complete(self, gt: GraphTask) -> None:
-        """See Note [Completion]."""
+        """See Note [Completion] in engine/graph_task.py."""
         if gt.error is not None:
             return
         try:
@@ -1365,14 +1270,9 @@ class Engine:
             return
         if gt.leaf_streams:
             _sync_caller_streams(gt)
-        gt.done = True
-        self._wake_owner(gt)
+        gt.mark_done()
 
-    @staticmethod
-    def _wake_owner(gt: GraphTask) -> None:
-        q = gt.owner_queue
-        if tls.local_queue is not q or q.multi:  # (a helper serves q too: Note [Parallel cpu workers])
-            q.push(_WAKE_PRIO, None, None, None)
+
 
 
 def _share(gt: GraphTask) -> None:
