@@ -104,7 +104,7 @@ class GraphTask:
 
     def claim_error(self, e: BaseException) -> bool:
         """Store ``e`` as this task's error unless one is stored already; True if it was
-        stored. Under the lock: of two failing threads exactly one wins (Note [Errors] in
+        stored. Under the lock: of two failing threads exactly one wins (Note [Errors] in engine/executor.py in
         engine/executor.py)."""
         with self.lock:
             if self.error is not None:

@@ -1,6 +1,6 @@
 """The ready queues: a priority heap of NodeTasks per consuming thread (PyTorch's ReadyQueue).
 
-Who pops which queue, and where a node goes: Note [Threads and queues] in engine/executor.py.
+Who pops which queue, and where a node goes: Note [Threads and queues] in engine/threads.py.
 The order they give: docs/architecture.md, section 4.
 
 Note [Shutdown]
@@ -24,7 +24,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .executor import _CpuHelpers
+    from .threads import _CpuHelpers
 
 _next_tie = itertools.count().__next__  # orders tasks of equal keys: the order they were queued
 
