@@ -225,19 +225,23 @@ stream and event API (tests/devices/fake_cupy.py; docs/gpu.md).
 
 Note [Profiler hooks]
 ~~~~~~~~~~~~~~~~~~~~~
-``threadgrad.profiler`` sees the executor through one module global, ``_profiler``: None
-unless a ``profile()`` block is active, then the recorder (``set_profiler``). Every hook
-site tests that one global and nothing else, so with no profile a node pays at most two
-tests (``_thread_main`` around the node, ``_push`` when it is queued): a global load and a
-compare each. The sites are: running a node (``_thread_main``: name, thread, device, task,
-start, duration), queueing one (``_push`` and the continuation that goes back to the
-queue: the queue wait, and a hand-off arrow when another thread runs it), handing a call to
-the pool (``run_async``), and one backward call (``autograd._run_backward``: the call's
-span). A node already running when the block ends may still report; the recorder drops
-what comes after its end. A backward call that succeeded returns only once every one of its
-nodes has reported (the node that completed it may have run on another thread), so a block
-around one call holds all of its nodes. The cost off (benchmarks/instructions.py: 70-115 instructions of a
-27,000-32,000-instruction node) and on (about 1.3 us a node) is in docs/profiler.md.
+``threadgrad.profiler`` sees the executor through one public door: ``set_profiler(hooks)``
+installs an object with the four methods of ``RecordHooks`` (None: none), which the
+executor calls from its hook sites on whichever thread runs or queues the work. The sites are:
+running a node (``run_node``, from the thread loops: the hooks get the task, the node, the
+device of its inputs, and a call that runs the node and routes its outputs, to be called once),
+queueing one (``queued``, from ``_push`` and the continuation that goes back to the queue: the
+queue wait, and a hand-off arrow when another thread runs it), handing a call to the pool
+(``handed_to_pool``, from ``run_async``), and one backward call (``run_call``, from
+``autograd._run_backward``: the call's span). The hooks see the GraphTask's public fields
+(``done``, ``error``, ``depth``) and the node, never the executor's own functions.
+Every site tests one module global, ``_profiler``, and nothing else, so with no profile a node
+pays at most two tests (around the node in the loop, in ``_push`` when it is queued): a
+global load and a compare each. A node already running when the block ends may still report;
+the recorder drops what comes after its end. A backward call that succeeded returns only once
+every one of its nodes has reported (the node that completed it may have run on another
+thread), so a block around one call holds all of its nodes. The cost, off and on, is in
+docs/profiler.md (rows ``chain_bwd`` and ``wide_bwd`` of benchmarks/instructions.py).
 
 Note [Worker stream]
 ~~~~~~~~~~~~~~~~~~~~
@@ -254,13 +258,12 @@ the context path.
 """
 from __future__ import annotations
 
-import collections
-import itertools
+import functools
 import os
 import threading
 import traceback
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .. import devices
 
@@ -281,10 +284,38 @@ _cpu = devices.cpu
 _profiler: Any = None
 
 
-def set_profiler(recorder: Any) -> None:
-    """Install ``recorder`` (None: none) as the executor's profiler. See Note [Profiler hooks]."""
+class RecordHooks(Protocol):
+    """What ``set_profiler`` installs: the executor's public record hooks, called on whichever
+    thread runs or queues the work. See Note [Profiler hooks]."""
+
+    def run_node(self, call: Callable[[], Any], task: GraphTask, node: Node, device: devices.Device) -> Any:
+        """Around one node: ``call()`` runs it and routes its outputs; call it once and return
+        what it returns."""
+
+    def queued(self, task: GraphTask, node: Node) -> None:
+        """``node`` of ``task`` was put on a queue (it runs later, maybe on another thread)."""
+
+    def run_call(self, execute: Callable[[GraphTask, Node], None], task: GraphTask, root: Node) -> None:
+        """Around one backward call: ``execute(task, root)`` runs it; call it once."""
+
+    def handed_to_pool(self, job: Callable[[], None]) -> Callable[[], None]:
+        """A whole call (``backward_async``) goes to a pool thread: return the job to run there."""
+
+
+def set_profiler(recorder: RecordHooks | None) -> None:
+    """Install ``recorder`` (None: none) as the executor's record hooks. See Note [Profiler hooks]."""
     global _profiler
     _profiler = recorder
+
+
+def _record_node(run: Callable, gt: GraphTask, node: Node, inputs: list, served: Any, priv: Any) -> Any:
+    """``run(gt, node, inputs, served, priv)`` through the active profile's ``run_node``
+    (Note [Profiler hooks]); the loops call this only while ``_profiler`` is set."""
+    rec = _profiler
+    if rec is None:  # the profile ended since the loop looked
+        return run(gt, node, inputs, served, priv)
+    device = _buffer_device(inputs) if inputs else _cpu
+    return rec.run_node(functools.partial(run, gt, node, inputs, served, priv), gt, node, device)
 
 def _install(gt: GraphTask) -> None:
     """Make this thread behave as the backward caller did. See Note [Thread-local state] (_state.py).
@@ -655,7 +686,7 @@ class Engine:
                 if _profiler is None:
                     nxt = run(gt, node, inputs, q, priv)
                 else:  # See Note [Profiler hooks]
-                    nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
+                    nxt = _record_node(run, gt, node, inputs, q, priv)
                 if nxt is not None:
                     node, inputs, _ = nxt
                     nxt = None
@@ -742,7 +773,7 @@ class Engine:
                     if _profiler is None:
                         nxt = run(gt, node, inputs, q, priv)
                     else:  # See Note [Profiler hooks]
-                        nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
+                        nxt = _record_node(run, gt, node, inputs, q, priv)
                     if gt.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
                     if nxt is None:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import numpy
 
 from .. import engine
-from ..engine._state import tls  # which backward a hook runs in (See Note [DDP buckets])
+from ..engine.autograd import current_graph_task  # which backward a hook runs in (See Note [DDP buckets])
 from ._comm import Work
 
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -209,7 +209,7 @@ class DistributedDataParallel:
     def _grad_ready(self, i: int, p: engine.Tensor) -> None:
         if not self._require_sync:
             return
-        task = tls.current_task
+        task = current_graph_task()
         with self._lock:
             r = self._round
             if r is not None and r.task is not task:
