@@ -98,25 +98,26 @@ Note [Continuation]
 ~~~~~~~~~~~~~~~~~~~
 When a node's routing makes successors ready that are bound for the queue this thread serves
 (cpu work of a task whose owner queue it serves; a device worker's own device's work), the
-highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``) and
-the others are queued. Before running it, ``_thread_main`` compares its key with the
-queue's top: if a queued task comes first, the successor is pushed after all; else it runs
-at once. Among equal keys (every AccumulateGrad has the same one) tasks pop in the order they
-became ready, as torch's heap (libstdc++'s) gives for up to three equal keys: a successor
-kept back takes its place in that order (``tie``) once a later one is queued, so it still
-precedes what became ready after it (a hook that raises on the first leaf stops the backward
-before the second leaf is reached, as in torch). That is exactly the order a push
-and a pop would give (the thread pops the highest-priority task, and only this thread pops
-its queue, so the top cannot be taken away meanwhile; other threads only push, and a push
-that lands just after the look at the top is one that could have landed just after a pop),
-minus a heap push, a pop and a lock round trip per node. On a chain every node continues
-this way; on the wide graph of benchmarks/ the nodes of each branch do (they outrank the
-other branches' queued nodes, being recorded later): its backward went from 39,683 to 33,972
-instructions per node (benchmarks/instructions.py). A device worker does the same for its
-own device's nodes (a GPU chain's backward: benchmarks/gpu.py's chain row). ``test_run_order_is_the_priority_schedule_on_random_graphs``
-checks the order against a simulated priority schedule. A failed GraphTask drops the
-successor like any queued task (Note [Errors]). A parallel task's threads keep their
-successor without the comparison (Note [Parallel cpu workers]).
+highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``) and the
+others are queued. Before running it, ``_thread_main`` compares its key with the queue's top: if
+a queued task comes first, the successor is pushed after all; else it runs at once. Among equal
+keys (every AccumulateGrad has the same one) tasks pop in the order they became ready, as
+torch's heap (libstdc++'s) gives for up to three equal keys: a successor kept back takes its
+place in that order (``tie``) once a later one is queued, so it still precedes what became ready
+after it (a hook that raises on the first leaf stops the backward before the second leaf is
+reached, as in torch). That is exactly the order a push and a pop would give (the thread pops
+the highest-priority task, and only this thread pops its queue, so the top cannot be taken away
+meanwhile; other threads only push, and a push that lands just after the look at the top is one
+that could have landed just after a pop), minus a heap push, a pop and a lock round trip per
+node. On a chain every node continues this way; on the wide graph of benchmarks/ the nodes of
+each branch do (they outrank the other branches' queued nodes, being recorded later): row
+``wide_bwd`` of benchmarks/instructions.py measures it (the numbers: docs/performance.md's
+executor table). A device worker does the same for its own device's nodes (a GPU chain's
+backward: benchmarks/gpu.py's chain row).
+``test_run_order_is_the_priority_schedule_on_random_graphs`` checks the order against a
+simulated priority schedule. A failed GraphTask drops the successor like any queued task (Note
+[Errors]). A parallel task's threads keep their successor without the comparison (Note [Parallel
+cpu workers]).
 
 Note [Parallel cpu workers]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -128,18 +129,18 @@ Note [Parallel cpu workers]
     finds it unlisted, and unlisted by the helper that finds it empty), so concurrent
     backward calls share the helpers in turn. While only one queue is listed, a helper goes
     on taking its tasks without the helpers' lock, its thread state installed once (a steal
-    through the helpers' list costs a lock round trip and a state install more: on the wide
-    graph of benchmarks/, the cpu time of a 2-thread backward fell from 1.21x to 1.07x a
-    1-thread one on free-threaded 3.13). Every push to a listed queue wakes one sleeping
+    through the helpers' list costs a lock round trip and a state install more: the cpu time
+    of a 2-thread backward of the wide graph, benchmarks/parallel.py, free-threaded; the
+    numbers: docs/performance.md's executor table). Every push to a listed queue wakes one sleeping
     helper. Device nodes still go to their device worker;
   * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
     one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=gt)``, which
-    returns once its task is done. ``GraphTask.wake_owner`` always wakes a parallel queue: the thread
-    that completes the task may be a helper serving that very queue;
-  * the task is shared from the start (Note [Shared tasks] in engine/graph_task.py): every routing that touches a
-    dependency count, an input buffer, the queue or ``outstanding`` is under ``gt.lock``.
-    One kind needs none: a node whose outputs all go to nodes that only this edge reaches
-    becomes private work of this thread (Note [Private work]);
+    returns once its task is done. ``GraphTask.wake_owner`` always wakes a parallel queue: the
+    thread that completes the task may be a helper serving that very queue;
+  * the task is shared from the start (Note [Shared tasks] in engine/graph_task.py): every
+    routing that touches a dependency count, an input buffer, the queue or ``outstanding`` is
+    under ``gt.lock``. One kind needs none: a node whose outputs all go to nodes that only this
+    edge reaches becomes private work of this thread (Note [Private work]);
   * every thread that runs a node keeps the successor it made ready (Note [Continuation]
     without the comparison: no exact order binds here, and it keeps a branch on one thread);
   * a reentrant backward started by a cpu node of a parallel task is parallel too, with a queue
@@ -201,9 +202,8 @@ have that thread's gradient in its buffer yet. Sharing the work back:
   * a failed task drops the stack and the sums with its count (Note [Errors]).
 Why: with every ready node pushed to the shared queue under ``gt.lock``, each routing moved the
 lock, the queue's lock, the task's counters and the helpers' state between cores. On the wide
-graph of benchmarks/ (free-threaded 3.13, 16-core machine) 2 workers took as long as 1 and twice
-the cpu time; with private work 1.3x faster (benchmarks/parallel.py, workload a; numbers in
-docs/performance.md).
+graph of benchmarks/ 2 workers were no faster than 1 (benchmarks/parallel.py, workload a,
+free-threaded; the numbers before and after private work in docs/performance.md, 'Private work').
 
 Note [Streams]
 ~~~~~~~~~~~~~~
@@ -245,16 +245,15 @@ docs/profiler.md (rows ``chain_bwd`` and ``wide_bwd`` of benchmarks/instructions
 
 Note [Worker stream]
 ~~~~~~~~~~~~~~~~~~~~
-Most GPU nodes were recorded on the GPU's default stream, which is what is current on that
-GPU's device worker between nodes (``tls.worker_stream``: the worker's device and that stream,
-read once when the worker starts; the null stream is one object for every GPU in cupy, so
-the device is compared too).
-For them the worker does not enter ``stream_context`` (a device guard and a stream guard: about
-2 µs of a 23 µs node, measured on an H100); after the node, ``Device.keep_current`` makes the
-GPU and the stream current again if the node's code (a hook, a custom Function) changed them,
-which is what leaving the context would have restored. A stream object is compared by
-identity: cupy hands out one object per stream, and where it would not, the node merely takes
-the context path.
+Most GPU nodes were recorded on the GPU's default stream, which is what is current on that GPU's
+device worker between nodes (``tls.worker_stream``: the worker's device and that stream, read
+once when the worker starts; the null stream is one object for every GPU in cupy, so the device
+is compared too). For them the worker does not enter ``stream_context`` (a device guard and a
+stream guard: a tenth of a small GPU node; the measurement: docs/performance.md's executor
+table); after the node, ``Device.keep_current`` makes the GPU and the stream current again if
+the node's code (a hook, a custom Function) changed them, which is what leaving the context
+would have restored. A stream object is compared by identity: cupy hands out one object per
+stream, and where it would not, the node merely takes the context path.
 """
 from __future__ import annotations
 
@@ -321,8 +320,8 @@ def _install(gt: GraphTask) -> None:
     """Make this thread behave as the backward caller did. See Note [Thread-local state] (_state.py).
 
     While no thread ever used anomaly mode or saved-tensor hooks, every thread and every task
-    has their defaults: nothing to write (Note [Used flags]; measured with GraphTask's reads
-    and _thread_main's save and restore: 128,944 -> 122,041 instructions per 3-node call)."""
+    has their defaults: nothing to write (Note [Used flags]; row ``call`` of
+    benchmarks/instructions.py, with GraphTask's reads and the loop's save and restore)."""
     tls.grad_enabled = gt.create_graph
     if used.anomaly:
         tls.anomaly = gt.anomaly
@@ -527,7 +526,8 @@ class Engine:
 
     def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
         """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock, or gt is
-        not shared yet). See Note [Threads and queues] in engine/threads.py, [Completion] and [Shared tasks]."""
+        not shared yet). See Note [Threads and queues] in engine/threads.py, Note [Completion]
+        and Note [Shared tasks] in engine/graph_task.py."""
         gt.outstanding += 1
         prio = -(gt.prio_base | node.sequence_nr)
         if _profiler is not None:  # See Note [Profiler hooks]
@@ -603,8 +603,9 @@ class Engine:
                     q = tls.own_queue = ReadyQueue()
             gt.owner_queue = q
             # The root task runs first, without a trip through the queue: nothing else of
-            # this thread's can be waiting there (measured: push + pop, about 0.8 us a call).
-            gt.outstanding += 1  # (gt is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
+            # this thread's can be waiting there (a push and a pop saved: row ``call``).
+            # (gt is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
+            gt.outstanding += 1
             prev_queue = tls.local_queue
             tls.local_queue = q
             try:
@@ -733,7 +734,8 @@ class Engine:
         if not serial:
             pop = lambda: q.pop(wait_for)  # type: ignore[union-attr]  # noqa: E731
         elif wait_for is not None and q.worker:
-            pop = lambda: q.pop(None, True)  # a backward inside a worker's node: Note [Shutdown] in engine/ready_queue.py  # noqa: E731
+            # a backward inside a worker's node: Note [Shutdown] in engine/ready_queue.py
+            pop = lambda: q.pop(None, True)  # noqa: E731
         else:
             pop = q.pop
         # (the defaults while a feature was never used: _install's docstring)
@@ -824,14 +826,13 @@ class Engine:
                     # (With exec_info, a node that runs and captures nothing is a needed node:
                     # _route queues only runnable nodes, or runnable is None because every
                     # node reached is needed or captured: Note [Needed nodes] in autograd.py.)
-                    # The common case of _call_function, inlined (measured: -0.15 us/node).
+                    # The common case of _call_function, inlined (row ``chain_bwd``).
                     if inputs and inputs[0] is None and _all_none(inputs):
                         # Nothing arrived: outputs undefined too, but for the nodes torch
                         # still runs (Node.runs_without_gradients).
                         outputs = fn.apply(inputs) if fn.runs_without_gradients else [None] * len(fn.next_edges)
                     elif fn.apply_is_backward:
-                        # Node.apply's body, one frame less (with `current` in _thread_main:
-                        # 28,740 -> 27,908 instructions/node)
+                        # Node.apply's body, one frame less (row ``chain_bwd``)
                         outputs = fn.backward(*inputs)
                     else:
                         outputs = fn.apply(inputs)
@@ -847,8 +848,8 @@ class Engine:
                 self._fail(gt, e, fn)
         err = None
         nxt = None
-        # See Note [Completion] in engine/graph_task.py and Note [Shared tasks] in engine/graph_task.py: the lock only once another thread
-        # may route into gt (measured: chain backward 28,925 -> 27,155 instructions/node).
+        # See Note [Completion] and Note [Shared tasks] in engine/graph_task.py: the lock only
+        # once another thread may route into gt (row ``chain_bwd``).
         if gt.shared:
             if priv is not None and outputs and gt.single is not None:
                 nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]

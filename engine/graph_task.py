@@ -16,31 +16,32 @@ returns. A stray wake-up left in a queue is harmless: it is popped and ignored.
 
 Note [No future in the GraphTask]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose.
-The only thread that ever waits for a GraphTask is the one driving its loop (the caller, or
-for a reentrant child past the depth limit the parent, which waits for the pool thread to
-*leave* the queue: Note [Reentrant backward] in engine/executor.py), and that thread already tests ``done`` after
-every task. The outcome is read from ``error`` and ``captured`` when the loop ends
-(``autograd._result``). A Future there was written once and read once per call, and making
-one makes a Condition and an RLock: removing it took a 3-node backward() from 15.6 to 12.7 us
-(the round-5 section of docs/performance.md). The Futures users see are ``backward_async``'s
-and ``grad_async``'s, made around the whole call.
+DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose. The
+only thread that ever waits for a GraphTask is the one driving its loop (the caller, or for a
+reentrant child past the depth limit the parent, which waits for the pool thread to *leave* the
+queue: Note [Reentrant backward] in engine/executor.py), and that thread already tests ``done``
+after every task. The outcome is read from ``error`` and ``captured`` when the loop ends
+(``autograd._result``). A Future there was written once and read once per call, and making one
+makes a Condition and an RLock: a cost on every call (the per-call workload of
+benchmarks/run_all.py; the numbers: docs/performance.md's executor table). The Futures users see
+are ``backward_async``'s and ``grad_async``'s, made around the whole call.
 
 Note [Shared tasks]
 ~~~~~~~~~~~~~~~~~~~
-Most GraphTasks never leave the thread that drives them: their nodes all run on the
-owner queue, whose consumer is one thread at a time (the caller, or a pool thread while the
-caller waits for it to leave: Note [Reentrant backward] in engine/executor.py). Such a task needs no lock around
+Most GraphTasks never leave the thread that drives them: their nodes all run on the owner queue,
+whose consumer is one thread at a time (the caller, or a pool thread while the caller waits for
+it to leave: Note [Reentrant backward] in engine/executor.py). Such a task needs no lock around
 routing and ``outstanding``. ``gt.shared`` turns True, for good, the first time ``Engine._push``
-hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before that push, so
-the worker cannot route into the task before this thread's routing ends (``_run_task``
-releases the lock), and from then on every routing takes the lock. Nothing else lets another
-thread into a task's routing: reentrant children are GraphTasks of their own, and
-``queue_callback``, ``_fail`` and ``_abandon`` run on threads that run or drive the task's
-nodes (``_fail`` takes the lock anyway). Skipping the lock saves about 1,770 instructions per
-node (chain backward 28,925 -> 27,155, benchmarks/instructions.py);
-``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the
-switch happens. A parallel task is shared from its start (Note [Parallel cpu workers] in engine/executor.py).
+hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before that push, so the
+worker cannot route into the task before this thread's routing ends (``_run_task`` releases the
+lock), and from then on every routing takes the lock. Nothing else lets another thread into a
+task's routing: reentrant children are GraphTasks of their own, and ``queue_callback``,
+``_fail`` and ``_abandon`` run on threads that run or drive the task's nodes (``_fail`` takes
+the lock anyway). Skipping the lock pays on every node of a task that stays on one thread (row
+``chain_bwd`` of benchmarks/instructions.py; the numbers: docs/performance.md's executor table);
+``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the switch
+happens. A parallel task is shared from its start (Note [Parallel cpu workers] in
+engine/executor.py).
 """
 from __future__ import annotations
 
@@ -96,15 +97,17 @@ class GraphTask:
         self.final_callbacks: list[Callable[[], None]] = []
         self.lock = threading.Lock()
         self.shared = False  # another thread may route into this task: see Note [Shared tasks]
-        self.single: set | None = None  # parallel tasks: the nodes one edge reaches (Note [Parallel cpu workers] in engine/executor.py)
-        # See Note [Streams] in engine/executor.py: the caller's current stream per device, captured on its thread.
+        # parallel tasks: the nodes one edge reaches (Note [Private work] in engine/executor.py)
+        self.single: set | None = None
+        # The caller's current stream per device, captured on its thread: Note [Streams] in
+        # engine/executor.py.
         self.uses_streams = devices.streams_in_use
         self.caller_streams = _current_streams() if self.uses_streams else None
         self.leaf_streams: list = []
 
     def claim_error(self, e: BaseException) -> bool:
         """Store ``e`` as this task's error unless one is stored already; True if it was
-        stored. Under the lock: of two failing threads exactly one wins (Note [Errors] in engine/executor.py in
+        stored. Under the lock: of two failing threads exactly one wins (Note [Errors] in
         engine/executor.py)."""
         with self.lock:
             if self.error is not None:

@@ -58,11 +58,12 @@ class ReadyQueue:
     Entries are flat tuples ``(prio, tie, graph_task, node, inputs)``; ``tie`` is a global
     counter, so tuple comparison never reaches the objects behind it. The heap is guarded
     by a plain Lock (its ``with`` is C code) and the Condition is used only to sleep:
-    ``push`` notifies only when a thread waits. Measured: push + pop 0.82 -> ~0.4 us.
+    ``push`` notifies only when a thread waits (the gain: docs/performance.md's executor table).
     """
 
     __slots__ = ("_heap", "_lock", "_cv", "_waiters", "closed")
-    multi = False  # several threads pop it: a _SharedQueue (Note [Parallel cpu workers] in engine/executor.py)
+    # several threads pop it: a _SharedQueue (Note [Parallel cpu workers] in engine/executor.py)
+    multi = False
     worker = False  # a device worker's queue, which shutdown() stops: a _WorkerQueue
 
     def __init__(self) -> None:
@@ -193,7 +194,8 @@ class _SharedQueue(ReadyQueue):
 
     def wait_helpers(self) -> None:
         """Wait until no helper runs a node of this queue's task: a failed parallel backward
-        returns only then, as one run by its caller alone does (Note [Parallel cpu workers] in engine/executor.py)."""
+        returns only then, as one run by its caller alone does (Note [Parallel cpu workers] in
+        engine/executor.py)."""
         with self._lock:
             timeout = _signal_slice()
             while self._inside:
