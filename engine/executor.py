@@ -332,6 +332,55 @@ def _install(gt: GraphTask) -> None:
     tls.current_task = gt
 
 
+def _pop_for(q: ReadyQueue, wait_for: GraphTask | None) -> Callable[[], tuple]:
+    """How a loop driving ``wait_for`` (None: a device worker's own loop) pops ``q``."""
+    if q.multi:
+        # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
+        # [Parallel cpu workers]).
+        return lambda: q.pop(wait_for)
+    if wait_for is not None and q.worker:
+        # a backward inside a worker's node: Note [Shutdown] in engine/ready_queue.py
+        return lambda: q.pop(None, True)
+    return q.pop
+
+
+def _save_state() -> tuple:
+    """This thread's state that ``_install`` changes, for ``_restore_state`` (the defaults while
+    a feature was never used: _install's docstring)."""
+    return (tls.grad_enabled, tls.anomaly if used.anomaly else False,
+            tls.anomaly_check_nan if used.anomaly else True,
+            tls.saved_hooks if used.saved_hooks else (), tls.current_task,
+            tls.saved_hooks_disabled if used.saved_hooks else None)
+
+
+def _restore_state(saved: tuple) -> None:
+    tls.grad_enabled, tls.current_task = saved[0], saved[4]
+    if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
+        tls.anomaly, tls.anomaly_check_nan = saved[1], saved[2]
+    if used.saved_hooks:
+        tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
+
+
+def _forget_task() -> None:
+    """An idle device worker keeps no task: the last one may be finished, and its graph,
+    gradients and hooks must die with the caller's references. It turns grad mode back on too
+    (the task's install may have turned it off: Note [Grad mode fast path]); _install sets it
+    again for the next task. (The loop's ``current`` is already None when this worker ran the
+    task's last node.)"""
+    tls.current_task = None
+    tls.saved_hooks, tls.saved_hooks_disabled = (), None
+    tls.grad_enabled = True
+
+
+def _drop_failed(q: ReadyQueue, gt: GraphTask) -> None:
+    """The loop driving failed ``gt`` leaves: drop its tasks still queued, and for a parallel
+    task wait until no helper runs one of its nodes (Note [Parallel cpu workers]: no node runs
+    after its caller sees the error)."""
+    q.purge(gt)
+    if q.multi:
+        q.wait_helpers()
+
+
 def _add_note(e: BaseException, note: str) -> None:
     """``e.add_note(note)``; on Python 3.10 (no notes) the same ``__notes__`` list by hand."""
     if hasattr(e, "add_note"):
@@ -625,25 +674,7 @@ class Engine:
         with gt.lock:
             self._push(gt, _cpu, root, [])
         if tls.depth >= self.max_recursion_depth:
-            # Wait for the pool thread to *leave* this queue, not only for gt to finish: a
-            # queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
-            # future let this thread pop again while the pool thread was still running a
-            # task it had popped, and a completion it then made woke no one: a hang.
-            left = threading.Event()
-            self._pool.submit(lambda: self._run_on_pool(gt, left))
-            try:
-                timeout = _signal_slice()
-                while not left.wait(timeout):
-                    pass
-            except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
-                self._fail(gt, e, None)
-                gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
-                while True:  # it leaves once its current node returns; only then is q ours
-                    try:
-                        left.wait()
-                        break
-                    except KeyboardInterrupt:
-                        pass  # one interrupt is enough: it is already this task's error
+            self._drive_on_pool(gt)
             return
         prev_total = tls.total_depth
         tls.depth += 1
@@ -655,6 +686,28 @@ class Engine:
             tls.depth -= 1
             tls.total_depth = prev_total
             tls.local_queue = prev_queue
+
+    def _drive_on_pool(self, gt: GraphTask) -> None:
+        """A reentrant ``gt`` past ``max_recursion_depth``: a pool thread drives it on this
+        thread's queue; return once that thread has *left* the queue, not only once gt is
+        done: a queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
+        future let this thread pop again while the pool thread was still running a task it
+        had popped, and a completion it then made woke no one: a hang."""
+        left = threading.Event()
+        self._pool.submit(lambda: self._run_on_pool(gt, left))
+        try:
+            timeout = _signal_slice()
+            while not left.wait(timeout):
+                pass
+        except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+            self._fail(gt, e, None)
+            gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
+            while True:  # it leaves once its current node returns; only then is q ours
+                try:
+                    left.wait()
+                    break
+                except KeyboardInterrupt:
+                    pass  # one interrupt is enough: it is already this task's error
 
     def _run_on_pool(self, gt: GraphTask, left: threading.Event) -> None:
         tls.local_queue = gt.owner_queue
@@ -728,21 +781,9 @@ class Engine:
         root task, already counted as outstanding, run before the first pop. Restores the
         thread's state on exit."""
         q = tls.local_queue
-        # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
-        # [Parallel cpu workers]).
         serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
-        if not serial:
-            pop = lambda: q.pop(wait_for)  # type: ignore[union-attr]  # noqa: E731
-        elif wait_for is not None and q.worker:
-            # a backward inside a worker's node: Note [Shutdown] in engine/ready_queue.py
-            pop = lambda: q.pop(None, True)  # noqa: E731
-        else:
-            pop = q.pop
-        # (the defaults while a feature was never used: _install's docstring)
-        saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
-                 tls.anomaly_check_nan if used.anomaly else True,
-                 tls.saved_hooks if used.saved_hooks else (), tls.current_task,
-                 tls.saved_hooks_disabled if used.saved_hooks else None)
+        pop = _pop_for(q, wait_for)
+        saved = _save_state()
         run = self._run_task
         priv = None if serial else _Private()  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
@@ -752,14 +793,7 @@ class Engine:
         try:
             while wait_for is None or not wait_for.done:
                 if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
-                    # An idle device worker keeps no task: the last one may be finished, and
-                    # its graph, gradients and hooks must die with the caller's references.
-                    # It turns grad mode back on too (the task's install may have turned it
-                    # off: Note [Grad mode fast path]); _install sets it again for the next task.
-                    # (`current` is already None when this worker ran the task's last node.)
-                    tls.current_task = current = None
-                    tls.saved_hooks, tls.saved_hooks_disabled = (), None
-                    tls.grad_enabled = True
+                    current = _forget_task()  # an idle device worker keeps no task
                 if root is not None:
                     gt, node, inputs, root = wait_for, root, [], None
                 else:
@@ -794,22 +828,14 @@ class Engine:
                             break
                 gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
-                q.purge(wait_for)
-                if not serial:
-                    q.wait_helpers()  # See Note [Parallel cpu workers]: no node runs after it fails
+                _drop_failed(q, wait_for)
         except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
             self._abandon(wait_for, gt, e)
             if wait_for is None:
                 raise  # a device worker's own loop failed: _device_worker takes over
-            q.purge(wait_for)
-            if not serial:
-                q.wait_helpers()
+            _drop_failed(q, wait_for)
         finally:
-            tls.grad_enabled, tls.current_task = saved[0], saved[4]
-            if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
-                tls.anomaly, tls.anomaly_check_nan = saved[1], saved[2]
-            if used.saved_hooks:
-                tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
+            _restore_state(saved)
 
     def _run_task(self, gt: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
                   priv: _Private | None = None) -> tuple | None:
