@@ -134,12 +134,12 @@ Note [Parallel cpu workers]
     numbers: docs/performance.md's executor table). Every push to a listed queue wakes one sleeping
     helper. Device nodes still go to their device worker;
   * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
-    one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=gt)``, which
+    one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=task)``, which
     returns once its task is done. ``GraphTask.wake_owner`` always wakes a parallel queue: the
     thread that completes the task may be a helper serving that very queue;
   * the task is shared from the start (Note [Shared tasks] in engine/graph_task.py): every
     routing that touches a dependency count, an input buffer, the queue or ``outstanding`` is
-    under ``gt.lock``. One kind needs none: a node whose outputs all go to nodes that only this
+    under ``task.lock``. One kind needs none: a node whose outputs all go to nodes that only this
     edge reaches becomes private work of this thread (Note [Private work]);
   * every thread that runs a node keeps the successor it made ready (Note [Continuation]
     without the comparison: no exact order binds here, and it keeps a branch on one thread);
@@ -166,14 +166,14 @@ With n = 0 none of this code runs but a test of ``helpers.n`` per backward call 
 Note [Private work]
 ~~~~~~~~~~~~~~~~~~~
 In a parallel task, a node whose outputs all go to cpu nodes that only this edge reaches (their
-dependency count was 1 when the task started: ``gt.single``, counted once in ``_share``) or
+dependency count was 1 when the task started: ``task.single``, counted once in ``_share``) or
 to leaves (AccumulateGrad) routes them without the lock (``_private_step``):
   * a node only this edge reaches is ready at once, and no other thread can ever reach it, so
     no count, buffer or queue is touched. The first runs next on this thread; the others go on
-    the thread's *private* stack (``priv``, a ``_Private`` local to the loop that drives or
+    the thread's *private* stack (``private``, a ``_Private`` local to the loop that drives or
     helps: ``_thread_main``, ``_help``);
   * a leaf that other edges reach too (a parameter shared by many branches) has a shared count,
-    so the thread sums the gradients it sends there (``priv.sums``: the sum and the number of
+    so the thread sums the gradients it sends there (``private.sums``: the sum and the number of
     edges) and hands each sum over once, under the lock, when its stack runs out
     (``_flush_sums``): the count drops by the edges summed, and the leaf is ready if that was
     all of them. One locked routing per thread instead of one per edge; the sum's order
@@ -200,7 +200,7 @@ have that thread's gradient in its buffer yet. Sharing the work back:
     deadlock. (Saved-tensor unpack hooks run inside built-in formulas and are not covered:
     one that waits for another branch hangs in torch and with n = 0 as well.);
   * a failed task drops the stack and the sums with its count (Note [Errors]).
-Why: with every ready node pushed to the shared queue under ``gt.lock``, each routing moved the
+Why: with every ready node pushed to the shared queue under ``task.lock``, each routing moved the
 lock, the queue's lock, the task's counters and the helpers' state between cores. On the wide
 graph of benchmarks/ 2 workers were no faster than 1 (benchmarks/parallel.py, workload a,
 free-threaded; the numbers before and after private work in docs/performance.md, 'Private work').
@@ -307,29 +307,29 @@ def set_profiler(recorder: RecordHooks | None) -> None:
     _profiler = recorder
 
 
-def _record_node(run: Callable, gt: GraphTask, node: Node, inputs: list, served: Any, priv: Any) -> Any:
-    """``run(gt, node, inputs, served, priv)`` through the active profile's ``run_node``
+def _record_node(run: Callable, task: GraphTask, node: Node, inputs: list, served: Any, private: Any) -> Any:
+    """``run(task, node, inputs, served, private)`` through the active profile's ``run_node``
     (Note [Profiler hooks]); the loops call this only while ``_profiler`` is set."""
     rec = _profiler
     if rec is None:  # the profile ended since the loop looked
-        return run(gt, node, inputs, served, priv)
+        return run(task, node, inputs, served, private)
     device = _buffer_device(inputs) if inputs else _cpu
-    return rec.run_node(functools.partial(run, gt, node, inputs, served, priv), gt, node, device)
+    return rec.run_node(functools.partial(run, task, node, inputs, served, private), task, node, device)
 
-def _install(gt: GraphTask) -> None:
+def _install(task: GraphTask) -> None:
     """Make this thread behave as the backward caller did. See Note [Thread-local state] (_state.py).
 
     While no thread ever used anomaly mode or saved-tensor hooks, every thread and every task
     has their defaults: nothing to write (Note [Used flags]; row ``call`` of
     benchmarks/instructions.py, with GraphTask's reads and the loop's save and restore)."""
-    tls.grad_enabled = gt.create_graph
+    tls.grad_enabled = task.create_graph
     if used.anomaly:
-        tls.anomaly = gt.anomaly
-        tls.anomaly_check_nan = gt.check_nan
+        tls.anomaly = task.anomaly
+        tls.anomaly_check_nan = task.check_nan
     if used.saved_hooks:
-        tls.saved_hooks = gt.saved_hooks
-        tls.saved_hooks_disabled = gt.saved_hooks_off
-    tls.current_task = gt
+        tls.saved_hooks = task.saved_hooks
+        tls.saved_hooks_disabled = task.saved_hooks_off
+    tls.current_task = task
 
 
 def _pop_for(q: ReadyQueue, wait_for: GraphTask | None) -> Callable[[], tuple]:
@@ -372,11 +372,11 @@ def _forget_task() -> None:
     tls.grad_enabled = True
 
 
-def _drop_failed(q: ReadyQueue, gt: GraphTask) -> None:
-    """The loop driving failed ``gt`` leaves: drop its tasks still queued, and for a parallel
+def _drop_failed(q: ReadyQueue, task: GraphTask) -> None:
+    """The loop driving failed ``task`` leaves: drop its tasks still queued, and for a parallel
     task wait until no helper runs one of its nodes (Note [Parallel cpu workers]: no node runs
     after its caller sees the error)."""
-    q.purge(gt)
+    q.purge(task)
     if q.multi:
         q.wait_helpers()
 
@@ -555,41 +555,41 @@ class Engine:
             w = self._workers.get(device)
             if w is not None and w[0] is q:
                 del self._workers[device]
-        for _, _, gt, _, _ in q.close():
-            if gt is not None:
-                self._fail(gt, _worker_lost(cause), None)
+        for _, _, task, _, _ in q.close():
+            if task is not None:
+                self._fail(task, _worker_lost(cause), None)
 
     def _fail_all(self, q: ReadyQueue, device: devices.Device, cause: BaseException) -> None:
         """Serve ``q`` by failing every GraphTask that sends work to it (the worker could not
         start on its device), so no backward waits forever. See Note [Errors]."""
         while True:
-            _, _, gt, node, _ = q.pop()
-            if gt is None:
+            _, _, task, node, _ = q.pop()
+            if task is None:
                 if node is _SHUTDOWN:
                     return
                 continue
             err = RuntimeError(f"the worker thread of {device} could not start: {_describe(cause)}")
-            self._fail(gt, err, node)
-            with gt.lock:
-                gt.outstanding -= 1
+            self._fail(task, err, node)
+            with task.lock:
+                task.outstanding -= 1
 
-    def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
-        """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock, or gt is
+    def _push(self, task: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
+        """Queue ``node`` on the thread that serves ``device`` (caller holds task.lock, or task is
         not shared yet). See Note [Threads and queues] in engine/threads.py, Note [Completion]
         and Note [Shared tasks] in engine/graph_task.py."""
-        gt.outstanding += 1
-        prio = -(gt.prio_base | node.sequence_nr)
+        task.outstanding += 1
+        prio = -(task.prio_base | node.sequence_nr)
         if _profiler is not None:  # See Note [Profiler hooks]
-            _profiler.queued(gt, node)
+            _profiler.queued(task, node)
         if not device.needs_worker:
-            gt.owner_queue.push(prio, gt, node, inputs, tie)
+            task.owner_queue.push(prio, task, node, inputs, tie)
             return
-        if not gt.shared:
-            # The first hand-off to another thread: from here on gt is routed under its lock.
+        if not task.shared:
+            # The first hand-off to another thread: from here on task is routed under its lock.
             # This thread takes it now, before the worker can see the task; _run_task releases it.
-            gt.lock.acquire()
-            gt.shared = True
-        while not self._device_queue(device).push(prio, gt, node, inputs):
+            task.lock.acquire()
+            task.shared = True
+        while not self._device_queue(device).push(prio, task, node, inputs):
             pass  # that worker was shut down after we looked it up; the next lookup starts a new one
 
     def worker_threads(self) -> list[threading.Thread]:
@@ -632,17 +632,17 @@ class Engine:
         tls.total_depth = 0
 
     # -- running a GraphTask ----------------------------------------------------------
-    def execute(self, gt: GraphTask, root: GraphRoot) -> None:
-        """Run ``gt`` from ``root`` on this thread (or, past the depth limit, on a pool thread)
-        and return when it is done; the outcome is in ``gt.error`` and ``gt.captured``."""
+    def execute(self, task: GraphTask, root: GraphRoot) -> None:
+        """Run ``task`` from ``root`` on this thread (or, past the depth limit, on a pool thread)
+        and return when it is done; the outcome is in ``task.error`` and ``task.captured``."""
         parent = tls.current_task
         if parent is None:
             helpers = self._helpers
             if helpers.n:
                 # A parallel backward: its cpu nodes go to a queue of its own that the helpers
-                # take from too, so every routing is under gt.lock. Note [Parallel cpu workers].
+                # take from too, so every routing is under task.lock. Note [Parallel cpu workers].
                 q = _SharedQueue(helpers)
-                _share(gt)
+                _share(task)
                 if len(helpers.threads) < helpers.n:
                     helpers.ensure()
             else:
@@ -650,15 +650,15 @@ class Engine:
                 q = tls.own_queue
                 if q is None:
                     q = tls.own_queue = ReadyQueue()
-            gt.owner_queue = q
+            task.owner_queue = q
             # The root task runs first, without a trip through the queue: nothing else of
             # this thread's can be waiting there (a push and a pop saved: row ``call``).
-            # (gt is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
-            gt.outstanding += 1
+            # (task is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
+            task.outstanding += 1
             prev_queue = tls.local_queue
             tls.local_queue = q
             try:
-                self._thread_main(gt, root)
+                self._thread_main(task, root)
             finally:
                 tls.local_queue = prev_queue
             return
@@ -667,41 +667,41 @@ class Engine:
         if prev_queue.multi:
             # Started by a cpu node of a parallel backward: a parallel child, with its own queue,
             # which this thread (or the pool thread) drives. See Note [Parallel cpu workers].
-            gt.owner_queue = _SharedQueue(prev_queue._helpers)
-            _share(gt)
+            task.owner_queue = _SharedQueue(prev_queue._helpers)
+            _share(task)
         else:
-            gt.owner_queue = prev_queue
-        with gt.lock:
-            self._push(gt, _cpu, root, [])
+            task.owner_queue = prev_queue
+        with task.lock:
+            self._push(task, _cpu, root, [])
         if tls.depth >= self.max_recursion_depth:
-            self._drive_on_pool(gt)
+            self._drive_on_pool(task)
             return
         prev_total = tls.total_depth
         tls.depth += 1
-        tls.total_depth = gt.depth
-        tls.local_queue = gt.owner_queue  # (prev_queue itself, but for a parallel child)
+        tls.total_depth = task.depth
+        tls.local_queue = task.owner_queue  # (prev_queue itself, but for a parallel child)
         try:
-            self._thread_main(gt)
+            self._thread_main(task)
         finally:
             tls.depth -= 1
             tls.total_depth = prev_total
             tls.local_queue = prev_queue
 
-    def _drive_on_pool(self, gt: GraphTask) -> None:
-        """A reentrant ``gt`` past ``max_recursion_depth``: a pool thread drives it on this
-        thread's queue; return once that thread has *left* the queue, not only once gt is
+    def _drive_on_pool(self, task: GraphTask) -> None:
+        """A reentrant ``task`` past ``max_recursion_depth``: a pool thread drives it on this
+        thread's queue; return once that thread has *left* the queue, not only once task is
         done: a queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
         future let this thread pop again while the pool thread was still running a task it
         had popped, and a completion it then made woke no one: a hang."""
         left = threading.Event()
-        self._pool.submit(lambda: self._run_on_pool(gt, left))
+        self._pool.submit(lambda: self._run_on_pool(task, left))
         try:
             timeout = _signal_slice()
             while not left.wait(timeout):
                 pass
         except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
-            self._fail(gt, e, None)
-            gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
+            self._fail(task, e, None)
+            task.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
             while True:  # it leaves once its current node returns; only then is q ours
                 try:
                     left.wait()
@@ -709,12 +709,12 @@ class Engine:
                 except KeyboardInterrupt:
                     pass  # one interrupt is enough: it is already this task's error
 
-    def _run_on_pool(self, gt: GraphTask, left: threading.Event) -> None:
-        tls.local_queue = gt.owner_queue
-        tls.total_depth = gt.depth
+    def _run_on_pool(self, task: GraphTask, left: threading.Event) -> None:
+        tls.local_queue = task.owner_queue
+        tls.total_depth = task.depth
         tls.depth = 0
         try:
-            self._thread_main(gt)
+            self._thread_main(task)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -726,24 +726,24 @@ class Engine:
         tasks while no other parallel queue is listed (no trip through the helpers' lock, and
         this thread's state stays installed). Leaves this thread's state at its defaults.
         Returns True if a steal unlisted ``q``. See Note [Parallel cpu workers]."""
-        _, _, gt, node, inputs = entry
+        _, _, task, node, inputs = entry
         entry = None
         tls.local_queue = q
-        tls.total_depth = gt.depth
-        _install(gt)
+        tls.total_depth = task.depth
+        _install(task)
         run = self._run_task
         queues = helpers._queues
         unlisted = False
-        priv = _Private()  # this thread's private work (Note [Private work]); empty when run returns None
+        private = _Private()  # this thread's private work (Note [Private work]); empty when run returns None
         try:
             while True:
                 if _profiler is None:
-                    nxt = run(gt, node, inputs, q, priv)
+                    successor = run(task, node, inputs, q, private)
                 else:  # See Note [Profiler hooks]
-                    nxt = _record_node(run, gt, node, inputs, q, priv)
-                if nxt is not None:
-                    node, inputs, _ = nxt
-                    nxt = None
+                    successor = _record_node(run, task, node, inputs, q, private)
+                if successor is not None:
+                    node, inputs, _ = successor
+                    successor = None
                     continue
                 if len(queues) > 1 or len(helpers.threads) > helpers.n or helpers.stopping:
                     break  # another backward waits for a helper, or this one is to retire
@@ -757,7 +757,7 @@ class Engine:
             err = RuntimeError(f"backward could not finish: engine thread {threading.current_thread().name} "
                                f"failed on an internal error ({_describe(e)})")
             err.__cause__ = e
-            self._fail(gt, err, None)
+            self._fail(task, err, None)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -785,70 +785,70 @@ class Engine:
         pop = _pop_for(q, wait_for)
         saved = _save_state()
         run = self._run_task
-        priv = None if serial else _Private()  # this thread's private work (Note [Private work])
+        private = None if serial else _Private()  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
-        gt = None  # the task in hand, from its pop to the end of its node and continuations
+        task = None  # the task in hand, from its pop to the end of its node and continuations
         try:
             while wait_for is None or not wait_for.done:
                 if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
                     current = _forget_task()  # an idle device worker keeps no task
                 if root is not None:
-                    gt, node, inputs, root = wait_for, root, [], None
+                    task, node, inputs, root = wait_for, root, [], None
                 else:
-                    _, _, gt, node, inputs = pop()
-                if gt is None:
+                    _, _, task, node, inputs = pop()
+                if task is None:
                     if node is _SHUTDOWN:
                         return
                     continue  # a wake-up: re-check wait_for.done
                 while True:
-                    if current is not gt:
-                        _install(gt)
-                        current = gt
+                    if current is not task:
+                        _install(task)
+                        current = task
                     if _profiler is None:
-                        nxt = run(gt, node, inputs, q, priv)
+                        successor = run(task, node, inputs, q, private)
                     else:  # See Note [Profiler hooks]
-                        nxt = _record_node(run, gt, node, inputs, q, priv)
-                    if gt.done:
+                        successor = _record_node(run, task, node, inputs, q, private)
+                    if task.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
-                    if nxt is None:
+                    if successor is None:
                         break
                     # See Note [Continuation]: run the successor now, unless a queued task
                     # comes first (only this thread pops q, so its top cannot move away).
-                    node, inputs, tie = nxt
+                    node, inputs, tie = successor
                     heap = q._heap
                     if heap and serial:  # (a parallel task's thread keeps its successor)
-                        prio = -(gt.prio_base | node.sequence_nr)
+                        prio = -(task.prio_base | node.sequence_nr)
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
                             if _profiler is not None:  # See Note [Profiler hooks]
-                                _profiler.queued(gt, node)
-                            q.push(prio, gt, node, inputs, tie)
+                                _profiler.queued(task, node)
+                            q.push(prio, task, node, inputs, tie)
                             break
-                gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
+                task = node = inputs = successor = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
                 _drop_failed(q, wait_for)
         except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
-            self._abandon(wait_for, gt, e)
+            self._abandon(wait_for, task, e)
             if wait_for is None:
                 raise  # a device worker's own loop failed: _device_worker takes over
             _drop_failed(q, wait_for)
         finally:
             _restore_state(saved)
 
-    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
-                  priv: _Private | None = None) -> tuple | None:
+    def _run_task(self, task: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
+                  private: _Private | None = None) -> tuple | None:
         """Run one node and route its outputs (PyTorch's evaluate_function). Returns the one
         ready successor bound for ``served``, the queue this thread serves, that it kept back
         to run next on this thread (Note [Continuation]); ``served`` None keeps none back.
-        ``priv``: the private work of this thread in a parallel task (Note [Private work])."""
+        ``private``: the private work of this thread in a parallel task (Note [Private work])."""
         outputs = None
-        if priv is not None and (fn._hooks is not None or fn.runs_user_code) and (priv or priv.sums):
-            self._publish_all(gt, priv)  # the user's code may wait for it: Note [Private work]
-        if gt.error is None:
+        if private is not None and (fn._hooks is not None or fn.runs_user_code) and (private or private.sums):
+            self._publish_all(task, private)  # the user's code may wait for it: Note [Private work]
+        if task.error is None:
             try:
-                if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
+                if fn._hooks is None and not task.uses_streams and (task.exec_info is None or fn not in task.captures):
                     # (With exec_info, a node that runs and captures nothing is a needed node:
                     # _route queues only runnable nodes, or runnable is None because every
                     # node reached is needed or captured: Note [Needed nodes] in autograd.py.)
@@ -862,106 +862,106 @@ class Engine:
                         outputs = fn.backward(*inputs)
                     else:
                         outputs = fn.apply(inputs)
-                    if not gt.keep_graph and fn._saved:
+                    if not task.keep_graph and fn._saved:
                         fn._saved = None  # release_variables()
-                    if gt.anomaly and gt.check_nan:
+                    if task.anomaly and task.check_nan:
                         _check_nan(fn, outputs)
-                elif gt.exec_info is None:
-                    outputs = self._call_function(gt, fn, inputs, True)
+                elif task.exec_info is None:
+                    outputs = self._call_function(task, fn, inputs, True)
                 else:
-                    outputs = self._capture_and_call(gt, fn, inputs)
+                    outputs = self._capture_and_call(task, fn, inputs)
             except BaseException as e:  # noqa: BLE001 - see Note [Errors]
-                self._fail(gt, e, fn)
+                self._fail(task, e, fn)
         err = None
-        nxt = None
+        successor = None
         # See Note [Completion] and Note [Shared tasks] in engine/graph_task.py: the lock only
-        # once another thread may route into gt (row ``chain_bwd``).
-        if gt.shared:
-            if priv is not None and outputs and gt.single is not None:
-                nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]
-                if nxt is _ABSORBED:
-                    outputs = nxt = None  # routed, and nothing left to run: settle under the lock
-                elif nxt is not None:
-                    if priv:
-                        self._share_if_idle(gt, priv)
-                    return nxt
-            gt.lock.acquire()
+        # once another thread may route into task (row ``chain_bwd``).
+        if task.shared:
+            if private is not None and outputs and task.single is not None:
+                successor = _private_step(task, fn, outputs, private)  # See Note [Private work]
+                if successor is _ABSORBED:
+                    outputs = successor = None  # routed, and nothing left to run: settle under the lock
+                elif successor is not None:
+                    if private:
+                        self._share_if_idle(task, private)
+                    return successor
+            task.lock.acquire()
         try:
-            if outputs and gt.error is None:
+            if outputs and task.error is None:
                 try:
-                    nxt = self._route(gt, fn, outputs, served)
+                    successor = self._route(task, fn, outputs, served)
                 except BaseException as e:  # noqa: BLE001
                     # Claim the failure before the decrement, under the lock: once outstanding
                     # can reach 0 on another thread, that thread's _complete must see the error
                     # (else the backward returns normally with gradients missing).
-                    if gt.error is None:
-                        gt.error = err = e
-            if priv is None:
-                gt.outstanding -= 1
-                last = gt.outstanding == 0
+                    if task.error is None:
+                        task.error = err = e
+            if private is None:
+                task.outstanding -= 1
+                last = task.outstanding == 0
             else:
-                nxt, last = self._settle(gt, priv, nxt)
+                successor, last = self._settle(task, private, successor)
         finally:
-            if gt.shared:  # held since the top, or taken by _push if this routing shared gt
-                gt.lock.release()
+            if task.shared:  # held since the top, or taken by _push if this routing shared task
+                task.lock.release()
         if err is not None:
-            self._fail(gt, err, fn, claimed=True)
+            self._fail(task, err, fn, claimed=True)
             err = None  # this frame may end up in err's traceback: no cycle through it
         if last:
-            self._complete(gt)
-        elif priv and nxt is not None:
-            self._share_if_idle(gt, priv)
-        return nxt
+            self._complete(task)
+        elif private and successor is not None:
+            self._share_if_idle(task, private)
+        return successor
 
-    def _settle(self, gt: GraphTask, priv: _Private, nxt: tuple | None) -> tuple:
-        """The end of a parallel thread's node, under gt.lock: the next task and whether the
+    def _settle(self, task: GraphTask, private: _Private, successor: tuple | None) -> tuple:
+        """The end of a parallel thread's node, under task.lock: the next task and whether the
         task is done. This thread's count in ``outstanding`` covers its private work, so it
         passes to the next private task; once the stack is empty the sums are handed over and
         the count is given back. A failed task drops both. See Note [Private work]."""
-        if gt.error is not None:
-            priv.clear()
-            priv.sums = None
-        elif nxt is None:
-            if priv:
-                return priv.pop(), False
-            if priv.sums is not None:
-                nxt = self._flush_sums(gt, priv, True)
-        gt.outstanding -= 1
-        return nxt, gt.outstanding == 0
+        if task.error is not None:
+            private.clear()
+            private.sums = None
+        elif successor is None:
+            if private:
+                return private.pop(), False
+            if private.sums is not None:
+                successor = self._flush_sums(task, private, True)
+        task.outstanding -= 1
+        return successor, task.outstanding == 0
 
-    def _share_if_idle(self, gt: GraphTask, priv: _Private) -> None:
+    def _share_if_idle(self, task: GraphTask, private: _Private) -> None:
         """Queue some of this thread's private work if a thread waits for work of this task
         (a sleeping helper, or the driver waiting in pop): one task per waiting thread."""
-        q = gt.owner_queue
+        q = task.owner_queue
         idle = q._helpers.idle + q._waiters  # (unlocked reads: a stale one only delays a share)
         if idle:
-            self._publish(gt, priv, idle)
+            self._publish(task, private, idle)
 
-    def _publish(self, gt: GraphTask, priv: _Private, k: int) -> None:
+    def _publish(self, task: GraphTask, private: _Private, k: int) -> None:
         """Queue this thread's ``k`` oldest private tasks (the largest subtrees left, in the
         depth-first order they were found), each counted in ``outstanding`` from now on."""
-        tasks = priv[:k]
-        del priv[:k]
-        with gt.lock:
+        tasks = private[:k]
+        del private[:k]
+        with task.lock:
             for node, buf, _ in tasks:
-                self._push(gt, _cpu, node, buf)
+                self._push(task, _cpu, node, buf)
 
-    def _publish_all(self, gt: GraphTask, priv: _Private) -> None:
+    def _publish_all(self, task: GraphTask, private: _Private) -> None:
         """Queue all of this thread's private work, and hand its leaf sums over."""
-        with gt.lock:
-            for node, buf, _ in priv:
-                self._push(gt, _cpu, node, buf)
-            priv.clear()
-            if priv.sums is not None:
-                self._flush_sums(gt, priv, False)
+        with task.lock:
+            for node, buf, _ in private:
+                self._push(task, _cpu, node, buf)
+            private.clear()
+            if private.sums is not None:
+                self._flush_sums(task, private, False)
 
-    def _flush_sums(self, gt: GraphTask, priv: _Private, keep_one: bool) -> tuple | None:
-        """Hand this thread's leaf sums over to the task (caller holds gt.lock): each leaf's
+    def _flush_sums(self, task: GraphTask, private: _Private, keep_one: bool) -> tuple | None:
+        """Hand this thread's leaf sums over to the task (caller holds task.lock): each leaf's
         count drops by the edges summed, the sum goes into its buffer, and a leaf whose last
         edge this was is ready: queued, or with ``keep_one`` the first returned to run next
         (counted in ``outstanding``, as _route's continuation). See Note [Private work]."""
-        sums, priv.sums = priv.sums, None
-        deps, not_ready = gt.dependencies, gt.not_ready
+        sums, private.sums = private.sums, None
+        deps, not_ready = task.dependencies, task.not_ready
         kept = None
         for leaf, (g, k) in sums.items():  # type: ignore[union-attr]
             count = deps[leaf] - k
@@ -978,38 +978,38 @@ class Engine:
             if count:
                 continue
             if keep_one and kept is None:
-                gt.outstanding += 1
+                task.outstanding += 1
                 kept = (leaf, buf, None)
             else:
-                self._push(gt, _cpu, leaf, buf)
+                self._push(task, _cpu, leaf, buf)
         return kept
 
-    def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+    def _call_function(self, task: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         if fn._hooks is not None and type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # its hooks see them: See Note [Gradient ownership] (tensor.py)
-        if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+        if task.uses_streams and fn.stream is not None:  # See Note [Streams]
             dev, stream = fn.stream
             ws = tls.worker_stream
             if ws is not None and stream is ws[1] and dev is ws[0]:  # See Note [Worker stream]
                 try:
-                    outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
+                    outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
                 finally:
                     dev.keep_current(stream)
             else:
                 with dev.stream_context(stream):  # hooks run on the node's stream too, as in PyTorch
-                    outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
+                    outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
             if not fn.next_edges:
-                gt.leaf_streams.append(fn.stream)
+                task.leaf_streams.append(fn.stream)
         else:
-            outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
-        if not gt.keep_graph:
+            outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
+        if not task.keep_graph:
             fn.release_variables()
-        if gt.anomaly and gt.check_nan:
+        if task.anomaly and task.check_nan:
             _check_nan(fn, outputs)
         return outputs
 
     @staticmethod
-    def _call_hooks_and_apply(gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+    def _call_hooks_and_apply(task: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         hooks = fn._hooks
         if hooks is not None:
             if tensor_hooks:
@@ -1022,45 +1022,45 @@ class Engine:
         else:
             outputs = fn.apply(inputs)  # (GraphRoot takes no inputs)
         if hooks is not None and hooks.post:
-            if gt.runnable is not None and fn.computes_only_needed:
-                outputs = _mask_unneeded(gt, fn, outputs)
+            if task.runnable is not None and fn.computes_only_needed:
+                outputs = _mask_unneeded(task, fn, outputs)
             # the hooks may keep what they see: Note [Gradient ownership] (tensor.py)
             outputs = hooks.run_post(fn, disown(list(outputs)), inputs)
         return outputs
 
-    def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
+    def _capture_and_call(self, task: GraphTask, fn: Node, inputs: list) -> Any:
         """grad()/backward(inputs=): run ``fn`` if it is needed, and record the requested
         gradients arriving at it, as torch's evaluate_function does: a needed node's inputs
         are captured before its tensor hooks (which then run with the node); a node that is
         not needed (captured, or the single root: Note [Needed nodes] in autograd.py) runs
         only its tensor hooks and retains_grad, and the capture takes their result."""
-        needed = fn in gt.exec_info  # type: ignore[operator]
-        caps = gt.captures.get(fn)  # type: ignore[union-attr]
+        needed = fn in task.exec_info  # type: ignore[operator]
+        caps = task.captures.get(fn)  # type: ignore[union-attr]
         if caps is None and needed:
-            return self._call_function(gt, fn, inputs, True)
+            return self._call_function(task, fn, inputs, True)
         if type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # hooks and grad()'s caller see them: Note [Gradient ownership]
-        if caps and gt.uses_streams and fn.stream is not None:  # See Note [Streams]
-            gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
+        if caps and task.uses_streams and fn.stream is not None:  # See Note [Streams]
+            task.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
         if needed:
             for slot, idx in caps:  # type: ignore[union-attr]
-                gt.captured[idx] = inputs[slot]
-            return self._call_function(gt, fn, inputs, True)
+                task.captured[idx] = inputs[slot]
+            return self._call_function(task, fn, inputs, True)
         hooks = fn._hooks
         if hooks is not None:
-            if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+            if task.uses_streams and fn.stream is not None:  # See Note [Streams]
                 dev, stream = fn.stream
                 with dev.stream_context(stream):
                     inputs = hooks.run_tensor_pre(fn, inputs)
             else:
                 inputs = hooks.run_tensor_pre(fn, inputs)
         for slot, idx in caps or ():
-            gt.captured[idx] = inputs[slot]
+            task.captured[idx] = inputs[slot]
         return None
 
-    def _route(self, gt: GraphTask, fn: Node, outputs: Any, served: ReadyQueue | None) -> tuple | None:
+    def _route(self, task: GraphTask, fn: Node, outputs: Any, served: ReadyQueue | None) -> tuple | None:
         """Send each output gradient to its successor's input buffer; queue the successors
-        that became ready (caller holds gt.lock, or gt is not shared). One dict operation per edge.
+        that became ready (caller holds task.lock, or task is not shared). One dict operation per edge.
 
         ``served``: the queue this thread serves. The highest-priority successor that becomes
         ready bound for it (cpu work of a task this thread drives, or work of this device
@@ -1071,69 +1071,69 @@ class Engine:
             raise RuntimeError(
                 f"{fn.name()} returned {len(outputs)} gradients, but its forward had {len(edges)} inputs"
             )
-        deps = gt.dependencies
-        not_ready = gt.not_ready
-        runnable = gt.runnable
-        cut = gt.cut
-        streams = gt.uses_streams
+        deps = task.dependencies
+        not_ready = task.not_ready
+        runnable = task.runnable
+        cut = task.cut
+        streams = task.uses_streams
         deferred = None  # (node, buffer, its place among equal keys once another is queued, or None)
-        for (nxt, nr), g in zip(edges, outputs):
-            if nxt is None:
+        for (next_node, nr), g in zip(edges, outputs):
+            if next_node is None:
                 continue
-            if runnable is not None and (nxt not in runnable or (cut and (nxt, nr) in cut)):
-                # grad()/backward(inputs=) does not need nxt, or no_grad_vars cut the edge (a
+            if runnable is not None and (next_node not in runnable or (cut and (next_node, nr) in cut)):
+                # grad()/backward(inputs=) does not need next_node, or no_grad_vars cut the edge (a
                 # task with cut edges always has runnable: Note [Needed nodes] in autograd.py)
                 continue
             if streams and g is not None:
-                _sync_streams(fn, nxt, g)
-            count = deps[nxt]
+                _sync_streams(fn, next_node, g)
+            count = deps[next_node]
             if count != 1:
-                deps[nxt] = count - 1
-                buf = not_ready.get(nxt)
+                deps[next_node] = count - 1
+                buf = not_ready.get(next_node)
                 if buf is None:
-                    buf = not_ready[nxt] = [None] * nxt.num_inputs
+                    buf = not_ready[next_node] = [None] * next_node.num_inputs
                 if g is not None:
-                    _buffer_add(buf, nr, g, nxt, streams)
+                    _buffer_add(buf, nr, g, next_node, streams)
                 continue
-            # nxt is ready.
-            del deps[nxt]
-            buf = not_ready.pop(nxt, None) if not_ready else None  # (a chain never has buffers)
-            if buf is None and nxt.num_inputs == 1:
+            # next_node is ready.
+            del deps[next_node]
+            buf = not_ready.pop(next_node, None) if not_ready else None  # (a chain never has buffers)
+            if buf is None and next_node.num_inputs == 1:
                 # A single-input node made ready by its only edge needs no buffer.
                 buf = [g]
                 device = _cpu if g is None else g.device
             else:
                 if buf is None:
-                    buf = [None] * nxt.num_inputs
+                    buf = [None] * next_node.num_inputs
                 if g is not None:
-                    _buffer_add(buf, nr, g, nxt, streams)
+                    _buffer_add(buf, nr, g, next_node, streams)
                 device = _buffer_device(buf)
-            if served is not None and (self._device_queue(device) if device.needs_worker else gt.owner_queue) is served:
+            if served is not None and (self._device_queue(device) if device.needs_worker else task.owner_queue) is served:
                 if deferred is None:
-                    gt.outstanding += 1
-                    deferred = (nxt, buf, None)
+                    task.outstanding += 1
+                    deferred = (next_node, buf, None)
                     continue
-                if nxt.sequence_nr > deferred[0].sequence_nr:
+                if next_node.sequence_nr > deferred[0].sequence_nr:
                     # Keep the higher-priority one back (Note [Continuation]); queue the other,
                     # at its place among equal keys.
-                    self._push(gt, device, deferred[0], deferred[1], deferred[2])
-                    deferred = (nxt, buf, None)
+                    self._push(task, device, deferred[0], deferred[1], deferred[2])
+                    deferred = (next_node, buf, None)
                     continue
             if deferred is not None and deferred[2] is None:
                 # the kept-back successor precedes what is queued after it: its place, taken now
                 deferred = (deferred[0], deferred[1], _next_tie())
-            self._push(gt, device, nxt, buf)
+            self._push(task, device, next_node, buf)
         return deferred
 
-    def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
-        """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``gt.error``
+    def _fail(self, task: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
+        """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``task.error``
         under the lock (a routing error, claimed before the task's outstanding count drops)."""
-        if not claimed and not gt.claim_error(e):
+        if not claimed and not task.claim_error(e):
             return
         try:
-            _add_node_to_message(e, fn, gt.anomaly)
+            _add_node_to_message(e, fn, task.anomaly)
         finally:  # the error is claimed: whatever happens, the owner must learn of it
-            gt.mark_done()
+            task.mark_done()
 
     def _abandon(self, wait_for: GraphTask | None, in_hand: GraphTask | None, e: BaseException) -> None:
         """An exception escaped ``_thread_main``'s loop (outside any node: an interrupt at a
@@ -1145,29 +1145,29 @@ class Engine:
         if wait_for is not None:
             self._fail(wait_for, e, None)
 
-    def _complete(self, gt: GraphTask) -> None:
+    def _complete(self, task: GraphTask) -> None:
         """See Note [Completion] in engine/graph_task.py."""
-        if gt.error is not None:
+        if task.error is not None:
             return
         try:
-            cbs = gt.final_callbacks
+            cbs = task.final_callbacks
             while cbs:  # a callback may queue more callbacks
                 cbs.pop(0)()
         except BaseException as e:  # noqa: BLE001
-            self._fail(gt, e, None)
+            self._fail(task, e, None)
             return
-        if gt.leaf_streams:
-            _sync_caller_streams(gt)
-        gt.mark_done()
+        if task.leaf_streams:
+            _sync_caller_streams(task)
+        task.mark_done()
 
 
 
 
-def _share(gt: GraphTask) -> None:
-    """Make ``gt`` a parallel task: routed under its lock, but for private steps (Note [Private work])."""
-    gt.shared = True
-    if not gt.uses_streams:
-        gt.single = {n for n, c in gt.dependencies.items() if c == 1}
+def _share(task: GraphTask) -> None:
+    """Make ``task`` a parallel task: routed under its lock, but for private steps (Note [Private work])."""
+    task.shared = True
+    if not task.uses_streams:
+        task.single = {n for n, c in task.dependencies.items() if c == 1}
 
 
 class _Private(list):
@@ -1185,48 +1185,48 @@ class _Private(list):
 _ABSORBED = (None, None, None)  # _private_step routed every output, and this thread holds nothing to run
 
 
-def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tuple | None:
+def _private_step(task: GraphTask, fn: Node, outputs: Any, private: _Private) -> tuple | None:
     """Route ``fn``'s outputs without the task's lock when each goes to a cpu node that only
     this edge reaches (its dependency count was 1 when the task started), or to a leaf's
     AccumulateGrad: the first kind is ready now and no other thread can ever reach it; a
     leaf's gradients are summed here and handed over later (``_flush_sums``). Of the ready
-    ones the first is returned to run next on this thread and the others go on ``priv``.
+    ones the first is returned to run next on this thread and the others go on ``private``.
     No count, buffer, queue or ``outstanding`` changes. When nothing became ready, returns
-    the top of ``priv``, or ``_ABSORBED`` if it is empty; None when an output cannot be
+    the top of ``private``, or ``_ABSORBED`` if it is empty; None when an output cannot be
     routed so (the locked path routes them all). See Note [Private work]."""
     edges = fn.next_edges
-    if gt.error is not None or len(outputs) != len(edges):
+    if task.error is not None or len(outputs) != len(edges):
         return None
-    runnable, cut, single = gt.runnable, gt.cut, gt.single
+    runnable, cut, single = task.runnable, task.cut, task.single
     ready = []
     leaves = None
     for edge, g in zip(edges, outputs):  # decide for every output before changing anything
-        nxt = edge[0]
-        if nxt is None:
+        next_node = edge[0]
+        if next_node is None:
             continue
-        if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
+        if runnable is not None and (next_node not in runnable or (cut and edge in cut)):
             continue
         if g is not None and g.device.needs_worker:
             return None
-        if nxt in single:  # type: ignore[operator]
-            if nxt.num_inputs == 1:
-                ready.append((nxt, [g], None))
+        if next_node in single:  # type: ignore[operator]
+            if next_node.num_inputs == 1:
+                ready.append((next_node, [g], None))
             else:
-                buf = [None] * nxt.num_inputs
+                buf = [None] * next_node.num_inputs
                 buf[edge[1]] = g
-                ready.append((nxt, buf, None))
-        elif type(nxt) is AccumulateGrad:
+                ready.append((next_node, buf, None))
+        elif type(next_node) is AccumulateGrad:
             if leaves is None:
                 leaves = []
-            leaves.append((nxt, g))
+            leaves.append((next_node, g))
         else:
             return None
     if leaves is not None:
         # A leaf other edges reach too: its count is shared, so sum here (every edge counts, a
         # None gradient too) and hand the sum over once (_flush_sums).
-        sums = priv.sums
+        sums = private.sums
         if sums is None:
-            sums = priv.sums = {}
+            sums = private.sums = {}
         for leaf, g in leaves:
             acc = sums.get(leaf)
             if acc is None:
@@ -1236,12 +1236,12 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tupl
                 if g is not None:
                     _buffer_add(acc, 0, g, leaf, False)
     if not ready:
-        return priv.pop() if priv else _ABSORBED
+        return private.pop() if private else _ABSORBED
     if len(ready) > 1:
         # This thread runs them as the serial schedule would: the highest priority first,
         # equal keys in edge order (a stable sort), the rest from the top of its stack.
         ready.sort(key=_task_priority, reverse=True)
-        priv.extend(ready[:0:-1])
+        private.extend(ready[:0:-1])
     return ready[0]
 
 
@@ -1249,11 +1249,11 @@ def _task_priority(task: tuple) -> int:
     return task[0].sequence_nr
 
 
-def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:
+def _mask_unneeded(task: GraphTask, fn: Node, outputs: Any) -> list:
     """Under grad()/backward(inputs=), torch's built-in formulas compute no gradient for an edge
     the call does not need (should_compute_output), so a node's post-hooks see None there:
     the same outputs, None where the edge leads to a node that will not run (or is cut)."""
-    runnable, cut = gt.runnable, gt.cut
+    runnable, cut = task.runnable, task.cut
     return [None if g is not None and (edge[0] is not None and (edge[0] not in runnable or (cut and edge in cut)))
             else g for g, edge in zip(outputs, fn.next_edges)]
 
@@ -1294,10 +1294,10 @@ def _buffer_add(buf: list, i: int, g: Any, consumer: Node, streams: bool) -> Non
         buf[i] = old + g
 
 
-def _sync_caller_streams(gt: GraphTask) -> None:
+def _sync_caller_streams(task: GraphTask) -> None:
     """Before backward returns, the caller's streams wait for the leaf accumulations."""
-    for dev, stream in set((d, s) for d, s in gt.leaf_streams):
-        caller = gt.caller_streams.get(dev)  # type: ignore[union-attr]
+    for dev, stream in set((d, s) for d, s in task.leaf_streams):
+        caller = task.caller_streams.get(dev)  # type: ignore[union-attr]
         if caller is not None and caller is not stream and caller != stream:
             dev.wait_event(caller, dev.record_event(stream))
 

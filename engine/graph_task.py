@@ -31,8 +31,8 @@ Note [Shared tasks]
 Most GraphTasks never leave the thread that drives them: their nodes all run on the owner queue,
 whose consumer is one thread at a time (the caller, or a pool thread while the caller waits for
 it to leave: Note [Reentrant backward] in engine/executor.py). Such a task needs no lock around
-routing and ``outstanding``. ``gt.shared`` turns True, for good, the first time ``Engine._push``
-hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before that push, so the
+routing and ``outstanding``. ``task.shared`` turns True, for good, the first time ``Engine._push``
+hands one of its nodes to a device worker; ``_push`` takes ``task.lock`` before that push, so the
 worker cannot route into the task before this thread's routing ends (``_run_task`` releases the
 lock), and from then on every routing takes the lock. Nothing else lets another thread into a
 task's routing: reentrant children are GraphTasks of their own, and ``queue_callback``,

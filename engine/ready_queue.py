@@ -73,12 +73,12 @@ class ReadyQueue:
         self._waiters = 0
         self.closed = False  # set once the serving worker has stopped; push then refuses
 
-    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
+    def push(self, prio: int, task: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
         """Queue a task; ``tie`` orders it among equal keys (default: after every one queued so far)."""
         with self._lock:
             if self.closed:
                 return False
-            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
+            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, task, node, inputs))
             if self._waiters:
                 self._cv.notify()
         return True
@@ -113,11 +113,11 @@ class ReadyQueue:
             self._heap.clear()
             return entries
 
-    def purge(self, gt: Any) -> int:
-        """Drop every task of ``gt``; return how many were dropped."""
+    def purge(self, task: Any) -> int:
+        """Drop every task of ``task``; return how many were dropped."""
         with self._lock:
             heap = self._heap
-            keep = [e for e in heap if e[2] is not gt]
+            keep = [e for e in heap if e[2] is not task]
             dropped = len(heap) - len(keep)
             if dropped:
                 heap[:] = keep  # in place: a waiting pop holds a reference to this list
@@ -150,12 +150,12 @@ class _SharedQueue(ReadyQueue):
         self._offered = False  # listed (or about to be) in helpers' queues; guarded by _lock
         self._inside = 0  # helpers between a steal(enter=True) and their leave(); guarded by _lock
 
-    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
+    def push(self, prio: int, task: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
         with self._lock:
-            if gt is None:  # a wake-up: the driver tests its task's done flag
+            if task is None:  # a wake-up: the driver tests its task's done flag
                 self._cv.notify_all()
                 return True
-            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
+            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, task, node, inputs))
             if self._waiters:
                 self._cv.notify()
             if not self._offered:
