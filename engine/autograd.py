@@ -466,6 +466,13 @@ def grad_async(outputs: TensorOrTensors, inputs: TensorOrTensors, grad_outputs: 
                          no_grad_vars, materialize_grads), {})
 
 
+def current_graph_task() -> GraphTask | None:
+    """The GraphTask of the innermost backward call running a node (or hook) on this thread,
+    None outside backward. It tells backward calls apart (an observer keeps it, and reads its
+    ``done`` later); ``queue_callback`` binds to the same task."""
+    return tls.current_task
+
+
 def queue_callback(fn: Callable[[], None]) -> None:
     """Run ``fn()`` once, after every node of the innermost running backward call has run
     and before that call returns. Only valid while a backward runs (from a node or hook)."""

@@ -4,59 +4,6 @@ Read docs/architecture.md first (the threading picture, the GraphTask life cycle
 below are the reasoning the code depends on, and this is their only copy: docs and other
 modules cite them as ``Note [X] in engine/executor.py``.
 
-Note [Threads and queues]
-~~~~~~~~~~~~~~~~~~~~~~~~~
-Every thread that runs nodes serves exactly one ReadyQueue at a time (``tls.local_queue``):
-  * a caller thread serves its own CPU queue (``tls.own_queue``, made on its first backward);
-  * each non-cpu device (``virtual:N``, ``cuda:N``) has one long-lived worker thread,
-    started lazily, serving that device's queue;
-  * pool threads run reentrant GraphTasks that went past ``max_recursion_depth`` (serving the
-    queue of the thread that handed them over) and ``backward_async`` calls (serving their
-    own queue). A pool thread idle for ``Engine.pool_idle_timeout`` seconds retires (see
-    ``_Pool``: hand-off and retirement are decided under one lock).
-A node runs on the queue of the device where its input gradients live: cpu work goes to
-the GraphTask's ``owner_queue`` (the queue of the thread that called backward), other
-devices' work to their worker. The executor never hops threads unless the device changes.
-
-Note [Completion]
-~~~~~~~~~~~~~~~~~
-``outstanding`` counts NodeTasks pushed but not yet finished. It is incremented when a
-task is pushed and decremented after the task's outputs have been routed, both under the
-GraphTask's lock once the task is shared (before that one thread alone touches it: Note
-[Shared tasks]), so it reaches zero exactly once: when every node that will run has run.
-The thread that brings it to zero runs the final callbacks (``queue_callback``), then marks
-the task done. If that thread does not serve ``owner_queue``, it pushes an empty wake-up
-task there, so the thread driving the GraphTask (blocked in ``pop``) sees ``done`` and
-returns. A stray wake-up left in a queue is harmless: it is popped and ignored.
-
-Note [No future in the GraphTask]
-~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose.
-The only thread that ever waits for a GraphTask is the one driving its loop (the caller, or
-for a reentrant child past the depth limit the parent, which waits for the pool thread to
-*leave* the queue: Note [Reentrant backward]), and that thread already tests ``done`` after
-every task. The outcome is read from ``error`` and ``captured`` when the loop ends
-(``autograd._result``). A Future there was written once and read once per call, and making
-one makes a Condition and an RLock: removing it took a 3-node backward() from 15.6 to 12.7 us
-(the round-5 section of docs/performance.md). The Futures users see are ``backward_async``'s
-and ``grad_async``'s, made around the whole call.
-
-Note [Shared tasks]
-~~~~~~~~~~~~~~~~~~~
-Most GraphTasks never leave the thread that drives them: their nodes all run on the
-owner queue, whose consumer is one thread at a time (the caller, or a pool thread while the
-caller waits for it to leave: Note [Reentrant backward]). Such a task needs no lock around
-routing and ``outstanding``. ``gt.shared`` turns True, for good, the first time ``_push``
-hands one of its nodes to a device worker; ``_push`` takes ``gt.lock`` before that push, so
-the worker cannot route into the task before this thread's routing ends (``_run_task``
-releases the lock), and from then on every routing takes the lock. Nothing else lets another
-thread into a task's routing: reentrant children are GraphTasks of their own, and
-``queue_callback``, ``_fail`` and ``_abandon`` run on threads that run or drive the task's
-nodes (``_fail`` takes the lock anyway). Skipping the lock saves about 1,770 instructions per
-node (chain backward 28,925 -> 27,155, benchmarks/instructions.py);
-``test_a_task_is_shared_only_once_a_device_worker_gets_one_of_its_nodes`` checks when the
-switch happens. A parallel task is shared from its start (Note [Parallel cpu workers]).
-
 Note [Errors]
 ~~~~~~~~~~~~~
 The first exception raised by a node, a hook, a callback or a saved-tensor unpack fails the
@@ -119,19 +66,6 @@ other exception that escapes the loop of a thread driving a task (an engine bug)
 same path; on a device worker, see Note [Errors]. tests/stress/test_interrupts.py delivers
 the interrupt at each of these points.
 
-Note [Shutdown]
-~~~~~~~~~~~~~~~
-``shutdown()`` pushes one shutdown task to each device worker's queue (a ``_WorkerQueue``), at
-the lowest priority, so the worker drains its queue first; the worker's own loop pops it, closes
-the queue (under its lock: no push slips in after the last pop) and stops. A backward nested in
-a node that worker runs (a reentrant backward, or a pool thread driving one on the borrowed
-queue) may find that queue holding nothing but the shutdown task while its own task still waits
-for a node from another device. It must not take it: it would return with its task unfinished,
-so the node that started it went on with gradients missing, and the worker's own loop would
-find nothing to stop on (shutdown's join hung). Such a loop pops with ``hold``: it waits past a
-shutdown task, which stays queued until the worker's own loop reaches it. A push that a closed
-queue refuses goes to a new worker for the device (``_push``).
-
 Note [Reentrant backward]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
 A backward started while this thread runs a node (``tls.current_task`` is set: from a
@@ -164,25 +98,26 @@ Note [Continuation]
 ~~~~~~~~~~~~~~~~~~~
 When a node's routing makes successors ready that are bound for the queue this thread serves
 (cpu work of a task whose owner queue it serves; a device worker's own device's work), the
-highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``) and
-the others are queued. Before running it, ``_thread_main`` compares its key with the
-queue's top: if a queued task comes first, the successor is pushed after all; else it runs
-at once. Among equal keys (every AccumulateGrad has the same one) tasks pop in the order they
-became ready, as torch's heap (libstdc++'s) gives for up to three equal keys: a successor
-kept back takes its place in that order (``tie``) once a later one is queued, so it still
-precedes what became ready after it (a hook that raises on the first leaf stops the backward
-before the second leaf is reached, as in torch). That is exactly the order a push
-and a pop would give (the thread pops the highest-priority task, and only this thread pops
-its queue, so the top cannot be taken away meanwhile; other threads only push, and a push
-that lands just after the look at the top is one that could have landed just after a pop),
-minus a heap push, a pop and a lock round trip per node. On a chain every node continues
-this way; on the wide graph of benchmarks/ the nodes of each branch do (they outrank the
-other branches' queued nodes, being recorded later): its backward went from 39,683 to 33,972
-instructions per node (benchmarks/instructions.py). A device worker does the same for its
-own device's nodes (a GPU chain's backward: benchmarks/gpu.py's chain row). ``test_run_order_is_the_priority_schedule_on_random_graphs``
-checks the order against a simulated priority schedule. A failed GraphTask drops the
-successor like any queued task (Note [Errors]). A parallel task's threads keep their
-successor without the comparison (Note [Parallel cpu workers]).
+highest-priority one is not pushed: ``_route`` returns it (counted in ``outstanding``) and the
+others are queued. Before running it, ``_thread_main`` compares its key with the queue's top: if
+a queued task comes first, the successor is pushed after all; else it runs at once. Among equal
+keys (every AccumulateGrad has the same one) tasks pop in the order they became ready, as
+torch's heap (libstdc++'s) gives for up to three equal keys: a successor kept back takes its
+place in that order (``tie``) once a later one is queued, so it still precedes what became ready
+after it (a hook that raises on the first leaf stops the backward before the second leaf is
+reached, as in torch). That is exactly the order a push and a pop would give (the thread pops
+the highest-priority task, and only this thread pops its queue, so the top cannot be taken away
+meanwhile; other threads only push, and a push that lands just after the look at the top is one
+that could have landed just after a pop), minus a heap push, a pop and a lock round trip per
+node. On a chain every node continues this way; on the wide graph of benchmarks/ the nodes of
+each branch do (they outrank the other branches' queued nodes, being recorded later): row
+``wide_bwd`` of benchmarks/instructions.py measures it (the numbers: docs/performance.md's
+executor table). A device worker does the same for its own device's nodes (a GPU chain's
+backward: benchmarks/gpu.py's chain row).
+``test_run_order_is_the_priority_schedule_on_random_graphs`` checks the order against a
+simulated priority schedule. A failed GraphTask drops the successor like any queued task (Note
+[Errors]). A parallel task's threads keep their successor without the comparison (Note [Parallel
+cpu workers]).
 
 Note [Parallel cpu workers]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -194,18 +129,18 @@ Note [Parallel cpu workers]
     finds it unlisted, and unlisted by the helper that finds it empty), so concurrent
     backward calls share the helpers in turn. While only one queue is listed, a helper goes
     on taking its tasks without the helpers' lock, its thread state installed once (a steal
-    through the helpers' list costs a lock round trip and a state install more: on the wide
-    graph of benchmarks/, the cpu time of a 2-thread backward fell from 1.21x to 1.07x a
-    1-thread one on free-threaded 3.13). Every push to a listed queue wakes one sleeping
+    through the helpers' list costs a lock round trip and a state install more: the cpu time
+    of a 2-thread backward of the wide graph, benchmarks/parallel.py, free-threaded; the
+    numbers: docs/performance.md's executor table). Every push to a listed queue wakes one sleeping
     helper. Device nodes still go to their device worker;
   * the queue has several consumers, so it holds no wake-up entries (a helper would swallow
-    one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=gt)``, which
-    returns once its task is done. ``_wake_owner`` always wakes a parallel queue: the thread
-    that completes the task may be a helper serving that very queue;
-  * the task is shared from the start (Note [Shared tasks]): every routing that touches a
-    dependency count, an input buffer, the queue or ``outstanding`` is under ``gt.lock``.
-    One kind needs none: a node whose outputs all go to nodes that only this edge reaches
-    becomes private work of this thread (Note [Private work]);
+    one): a wake-up push wakes every waiter, and the driver waits in ``pop(until=task)``, which
+    returns once its task is done. ``GraphTask.wake_owner`` always wakes a parallel queue: the
+    thread that completes the task may be a helper serving that very queue;
+  * the task is shared from the start (Note [Shared tasks] in engine/graph_task.py): every
+    routing that touches a dependency count, an input buffer, the queue or ``outstanding`` is
+    under ``task.lock``. One kind needs none: a node whose outputs all go to nodes that only this
+    edge reaches becomes private work of this thread (Note [Private work]);
   * every thread that runs a node keeps the successor it made ready (Note [Continuation]
     without the comparison: no exact order binds here, and it keeps a branch on one thread);
   * a reentrant backward started by a cpu node of a parallel task is parallel too, with a queue
@@ -231,14 +166,14 @@ With n = 0 none of this code runs but a test of ``helpers.n`` per backward call 
 Note [Private work]
 ~~~~~~~~~~~~~~~~~~~
 In a parallel task, a node whose outputs all go to cpu nodes that only this edge reaches (their
-dependency count was 1 when the task started: ``gt.single``, counted once in ``_share``) or
+dependency count was 1 when the task started: ``task.single``, counted once in ``_share``) or
 to leaves (AccumulateGrad) routes them without the lock (``_private_step``):
   * a node only this edge reaches is ready at once, and no other thread can ever reach it, so
     no count, buffer or queue is touched. The first runs next on this thread; the others go on
-    the thread's *private* stack (``priv``, a ``_Private`` local to the loop that drives or
+    the thread's *private* stack (``private``, a ``_Private`` local to the loop that drives or
     helps: ``_thread_main``, ``_help``);
   * a leaf that other edges reach too (a parameter shared by many branches) has a shared count,
-    so the thread sums the gradients it sends there (``priv.sums``: the sum and the number of
+    so the thread sums the gradients it sends there (``private.sums``: the sum and the number of
     edges) and hands each sum over once, under the lock, when its stack runs out
     (``_flush_sums``): the count drops by the edges summed, and the leaf is ready if that was
     all of them. One locked routing per thread instead of one per edge; the sum's order
@@ -265,11 +200,10 @@ have that thread's gradient in its buffer yet. Sharing the work back:
     deadlock. (Saved-tensor unpack hooks run inside built-in formulas and are not covered:
     one that waits for another branch hangs in torch and with n = 0 as well.);
   * a failed task drops the stack and the sums with its count (Note [Errors]).
-Why: with every ready node pushed to the shared queue under ``gt.lock``, each routing moved the
+Why: with every ready node pushed to the shared queue under ``task.lock``, each routing moved the
 lock, the queue's lock, the task's counters and the helpers' state between cores. On the wide
-graph of benchmarks/ (free-threaded 3.13, 16-core machine) 2 workers took as long as 1 and twice
-the cpu time; with private work 1.3x faster (benchmarks/parallel.py, workload a; numbers in
-docs/performance.md).
+graph of benchmarks/ 2 workers were no faster than 1 (benchmarks/parallel.py, workload a,
+free-threaded; the numbers before and after private work in docs/performance.md, 'Private work').
 
 Note [Streams]
 ~~~~~~~~~~~~~~
@@ -291,401 +225,160 @@ stream and event API (tests/devices/fake_cupy.py; docs/gpu.md).
 
 Note [Profiler hooks]
 ~~~~~~~~~~~~~~~~~~~~~
-``threadgrad.profiler`` sees the executor through one module global, ``_profiler``: None
-unless a ``profile()`` block is active, then the recorder (``set_profiler``). Every hook
-site tests that one global and nothing else, so with no profile a node pays at most two
-tests (``_thread_main`` around the node, ``_push`` when it is queued): a global load and a
-compare each. The sites are: running a node (``_thread_main``: name, thread, device, task,
-start, duration), queueing one (``_push`` and the continuation that goes back to the
-queue: the queue wait, and a hand-off arrow when another thread runs it), handing a call to
-the pool (``run_async``), and one backward call (``autograd._run_backward``: the call's
-span). A node already running when the block ends may still report; the recorder drops
-what comes after its end. A backward call that succeeded returns only once every one of its
-nodes has reported (the node that completed it may have run on another thread), so a block
-around one call holds all of its nodes. The cost off (benchmarks/instructions.py: 70-115 instructions of a
-27,000-32,000-instruction node) and on (about 1.3 us a node) is in docs/profiler.md.
+``threadgrad.profiler`` sees the executor through one public door: ``set_profiler(hooks)``
+installs an object with the four methods of ``RecordHooks`` (None: none), which the
+executor calls from its hook sites on whichever thread runs or queues the work. The sites are:
+running a node (``run_node``, from the thread loops: the hooks get the task, the node, the
+device of its inputs, and a call that runs the node and routes its outputs, to be called once),
+queueing one (``queued``, from ``_push`` and the continuation that goes back to the queue: the
+queue wait, and a hand-off arrow when another thread runs it), handing a call to the pool
+(``handed_to_pool``, from ``run_async``), and one backward call (``run_call``, from
+``autograd._run_backward``: the call's span). The hooks see the GraphTask's public fields
+(``done``, ``error``, ``depth``) and the node, never the executor's own functions.
+Every site tests one module global, ``_profiler``, and nothing else, so with no profile a node
+pays at most two tests (around the node in the loop, in ``_push`` when it is queued): a
+global load and a compare each. A node already running when the block ends may still report;
+the recorder drops what comes after its end. A backward call that succeeded returns only once
+every one of its nodes has reported (the node that completed it may have run on another
+thread), so a block around one call holds all of its nodes. The cost, off and on, is in
+docs/profiler.md (rows ``chain_bwd`` and ``wide_bwd`` of benchmarks/instructions.py).
 
 Note [Worker stream]
 ~~~~~~~~~~~~~~~~~~~~
-Most GPU nodes were recorded on the GPU's default stream, which is what is current on that
-GPU's device worker between nodes (``tls.worker_stream``: the worker's device and that stream,
-read once when the worker starts; the null stream is one object for every GPU in cupy, so
-the device is compared too).
-For them the worker does not enter ``stream_context`` (a device guard and a stream guard: about
-2 µs of a 23 µs node, measured on an H100); after the node, ``Device.keep_current`` makes the
-GPU and the stream current again if the node's code (a hook, a custom Function) changed them,
-which is what leaving the context would have restored. A stream object is compared by
-identity: cupy hands out one object per stream, and where it would not, the node merely takes
-the context path.
+Most GPU nodes were recorded on the GPU's default stream, which is what is current on that GPU's
+device worker between nodes (``tls.worker_stream``: the worker's device and that stream, read
+once when the worker starts; the null stream is one object for every GPU in cupy, so the device
+is compared too). For them the worker does not enter ``stream_context`` (a device guard and a
+stream guard: a tenth of a small GPU node; the measurement: docs/performance.md's executor
+table); after the node, ``Device.keep_current`` makes the GPU and the stream current again if
+the node's code (a hook, a custom Function) changed them, which is what leaving the context
+would have restored. A stream object is compared by identity: cupy hands out one object per
+stream, and where it would not, the node merely takes the context path.
 """
 from __future__ import annotations
 
-import collections
-import heapq
-import itertools
+import functools
 import os
 import threading
 import traceback
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .. import devices
 from . import _blas
 from ._state import tls, used
 from .graph import AccumulateGrad, GraphRoot, Node
+from .graph_task import GraphTask, _current_streams  # noqa: F401 - re-exported (autograd.py, tests)
+from .threads import _CpuHelpers, _Pool
+from .ready_queue import (  # noqa: F401 - re-exported: tests and threadgrad.profiler import them from here
+    _NOTHING, _SEQ_BITS, _SHUTDOWN, _SHUTDOWN_PRIO, _WAKE_PRIO, SIGNAL_SLICE, ReadyQueue, _next_tie,
+    _SharedQueue, _signal_slice, _WorkerQueue,
+)
 from .tensor import disown, engine_sum
 
 _cpu = devices.cpu
-_next_tie = itertools.count().__next__
 
 # The active profile's recorder, or None: the one flag the hot path tests. Set only by
 # set_profiler (threadgrad.profiler's profile block). See Note [Profiler hooks].
 _profiler: Any = None
 
 
-def set_profiler(recorder: Any) -> None:
-    """Install ``recorder`` (None: none) as the executor's profiler. See Note [Profiler hooks]."""
+class RecordHooks(Protocol):
+    """What ``set_profiler`` installs: the executor's public record hooks, called on whichever
+    thread runs or queues the work. See Note [Profiler hooks]."""
+
+    def run_node(self, call: Callable[[], Any], task: GraphTask, node: Node, device: devices.Device) -> Any:
+        """Around one node: ``call()`` runs it and routes its outputs; call it once and return
+        what it returns."""
+
+    def queued(self, task: GraphTask, node: Node) -> None:
+        """``node`` of ``task`` was put on a queue (it runs later, maybe on another thread)."""
+
+    def run_call(self, execute: Callable[[GraphTask, Node], None], task: GraphTask, root: Node) -> None:
+        """Around one backward call: ``execute(task, root)`` runs it; call it once."""
+
+    def handed_to_pool(self, job: Callable[[], None]) -> Callable[[], None]:
+        """A whole call (``backward_async``) goes to a pool thread: return the job to run there."""
+
+
+def set_profiler(recorder: RecordHooks | None) -> None:
+    """Install ``recorder`` (None: none) as the executor's record hooks. See Note [Profiler hooks]."""
     global _profiler
     _profiler = recorder
 
-# How long the main thread blocks at a time where it waits for other threads. CPython runs a
-# Python signal handler between bytecodes; a signal that arrives just before a blocking wait
-# (after the last check, before the wait starts) interrupts nothing and waits with it. Short
-# slices bound that delay for Ctrl-C; other threads take no signals and block for good.
-# See Note [Interrupts].
-SIGNAL_SLICE = 0.05
 
+def _record_node(run: Callable, task: GraphTask, node: Node, inputs: list, served: Any, private: Any) -> Any:
+    """``run(task, node, inputs, served, private)`` through the active profile's ``run_node``
+    (Note [Profiler hooks]); the loops call this only while ``_profiler`` is set."""
+    rec = _profiler
+    if rec is None:  # the profile ended since the loop looked
+        return run(task, node, inputs, served, private)
+    device = _buffer_device(inputs) if inputs else _cpu
+    return rec.run_node(functools.partial(run, task, node, inputs, served, private), task, node, device)
 
-def _signal_slice() -> float | None:
-    return SIGNAL_SLICE if threading.get_ident() == threading.main_thread().ident else None
-
-# Heap keys: smaller pops first. Wake-up (empty) tasks beat node tasks; node tasks pop
-# by higher reentrant depth, then by higher sequence_nr (the later forward op first).
-_WAKE_PRIO = -(1 << 61)
-_SHUTDOWN_PRIO = 1 << 62  # last: a worker drains its queue before it stops
-_SEQ_BITS = 40
-
-
-_NOTHING = (0, 0, None, None, None)  # what pop(until) returns once that GraphTask is done
-
-
-class ReadyQueue:
-    """A priority queue of NodeTasks, shared by every GraphTask that uses its thread.
-
-    Entries are flat tuples ``(prio, tie, graph_task, node, inputs)``; ``tie`` is a global
-    counter, so tuple comparison never reaches the objects behind it. The heap is guarded
-    by a plain Lock (its ``with`` is C code) and the Condition is used only to sleep:
-    ``push`` notifies only when a thread waits. Measured: push + pop 0.82 -> ~0.4 us.
-    """
-
-    __slots__ = ("_heap", "_lock", "_cv", "_waiters", "closed")
-    multi = False  # several threads pop it: a _SharedQueue (Note [Parallel cpu workers])
-    worker = False  # a device worker's queue, which shutdown() stops: a _WorkerQueue
-
-    def __init__(self) -> None:
-        self._heap: list = []
-        self._lock = threading.Lock()
-        self._cv = threading.Condition(self._lock)
-        self._waiters = 0
-        self.closed = False  # set once the serving worker has stopped; push then refuses
-
-    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
-        """Queue a task; ``tie`` orders it among equal keys (default: after every one queued so far)."""
-        with self._lock:
-            if self.closed:
-                return False
-            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
-            if self._waiters:
-                self._cv.notify()
-        return True
-
-    def pop(self, until: Any = None, hold: bool = False) -> tuple:
-        """The next task; waits for one. ``until``: a GraphTask whose driver waits here (a
-        parallel task's queue, which holds no wake-ups): ``_NOTHING`` once it is done.
-        ``hold``: leave a shutdown task queued and wait for another (Note [Shutdown])."""
-        with self._lock:
-            heap = self._heap
-            if not heap or (hold and heap[0][3] is _SHUTDOWN):
-                self._waiters += 1
-                try:
-                    timeout = _signal_slice()
-                    while not heap or (hold and heap[0][3] is _SHUTDOWN):
-                        if until is not None and until.done:
-                            return _NOTHING
-                        self._cv.wait(timeout)
-                finally:
-                    self._waiters -= 1
-            entry = heapq.heappop(heap)
-            if entry[3] is _SHUTDOWN:
-                self.closed = True  # under the lock: no push can slip in after the last pop
-            return entry
-
-    def close(self) -> list:
-        """Refuse every later push and return the tasks still queued (a worker that died
-        hands them back to be failed: Note [Errors])."""
-        with self._lock:
-            self.closed = True
-            entries = self._heap[:]
-            self._heap.clear()
-            return entries
-
-    def purge(self, gt: Any) -> int:
-        """Drop every task of ``gt``; return how many were dropped."""
-        with self._lock:
-            heap = self._heap
-            keep = [e for e in heap if e[2] is not gt]
-            dropped = len(heap) - len(keep)
-            if dropped:
-                heap[:] = keep  # in place: a waiting pop holds a reference to this list
-                heapq.heapify(heap)
-            return dropped
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-
-class _WorkerQueue(ReadyQueue):
-    """A device worker's queue: the one kind that receives shutdown tasks (Note [Shutdown])."""
-
-    __slots__ = ()
-    worker = True
-
-
-class _SharedQueue(ReadyQueue):
-    """The cpu queue of one parallel GraphTask: its driver pops it, the cpu helpers steal from
-    it. It never holds wake-up entries (a helper would take them): a wake-up push wakes every
-    waiter instead, and the driver waits in ``pop(until=its task)``, which returns once it is done.
-    See Note [Parallel cpu workers]."""
-
-    __slots__ = ("_helpers", "_offered", "_inside")
-    multi = True
-
-    def __init__(self, helpers: _CpuHelpers) -> None:
-        super().__init__()
-        self._helpers = helpers
-        self._offered = False  # listed (or about to be) in helpers' queues; guarded by _lock
-        self._inside = 0  # helpers between a steal(enter=True) and their leave(); guarded by _lock
-
-    def push(self, prio: int, gt: Any, node: Any, inputs: Any, tie: int | None = None) -> bool:
-        with self._lock:
-            if gt is None:  # a wake-up: the driver tests its task's done flag
-                self._cv.notify_all()
-                return True
-            heapq.heappush(self._heap, (prio, _next_tie() if tie is None else tie, gt, node, inputs))
-            if self._waiters:
-                self._cv.notify()
-            if not self._offered:
-                # Listed under this lock, so a steal that unlists the queue (under it too) comes
-                # before or after the listing, never between: a helper's removal can then
-                # never precede the append it undoes (which left an unlisted queue in the list,
-                # for the helpers to spin on). Lock order: this lock, then the helpers'.
-                self._offered = True
-                self._helpers.offer(self)
-                return True
-        helpers = self._helpers
-        if helpers.idle:
-            # Listed already, but a helper may sleep: each queued task wakes one (an unlocked
-            # read: a helper that goes to sleep later finds this queue listed and does not).
-            helpers.wake_one()
-        return True
-
-    def steal(self, enter: bool = False) -> tuple | bool:
-        """A helper's pop: the top task; else False if this call unlisted the queue (the
-        helper removes it from its list), True if it was unlisted already. With ``enter``, a
-        task taken counts this helper as inside the task until its ``leave()``."""
-        with self._lock:
-            if self._heap:
-                if enter:
-                    self._inside += 1
-                return heapq.heappop(self._heap)
-            was, self._offered = self._offered, False
-            return not was
-
-    def leave(self) -> None:
-        """A helper that entered with a steal is done with this queue's task."""
-        with self._lock:
-            self._inside -= 1
-            if not self._inside:
-                self._cv.notify_all()  # a failed task's driver may wait in wait_helpers()
-
-    def wait_helpers(self) -> None:
-        """Wait until no helper runs a node of this queue's task: a failed parallel backward
-        returns only then, as one run by its caller alone does (Note [Parallel cpu workers])."""
-        with self._lock:
-            timeout = _signal_slice()
-            while self._inside:
-                self._cv.wait(timeout)
-
-
-class _CpuHelpers:
-    """The ``set_cpu_workers(n)`` threads: each takes tasks from the queues of the parallel
-    GraphTasks in flight, in turn, so concurrent backward calls share them. A thread beyond
-    ``n`` retires after its current node. See Note [Parallel cpu workers]."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._cv = threading.Condition(threading.Lock())
-        self._queues: collections.deque[_SharedQueue] = collections.deque()
-        self.idle = 0  # helpers waiting for a listed queue (written under _cv)
-        self.stopping = False  # set by stop(), under _cv
-        self.n = 0
-        self.threads: list[threading.Thread] = []
-        self.busy: set[threading.Thread] = set()  # helpers between taking a queue and their next wait (under _cv)
-
-    def resize(self, n: int) -> list[threading.Thread]:
-        """Set ``n``; threads beyond it retire after their current node. While no helper runs
-        a node, wait until the extra ones have left the list (nothing can hold them: they are
-        waiting, or on their way back to the lock) and return them, for the caller to join, so
-        that ``worker_threads()`` no longer lists them; a helper inside a node is not waited
-        for (its node may wait for the caller)."""
-        with self._cv:
-            self.n = n
-            if len(self.threads) <= n:
-                return []
-            self._cv.notify_all()  # the extra threads retire
-            before = list(self.threads)
-            while len(self.threads) > n and not self.busy:
-                self._cv.wait()
-            return [t for t in before if t not in self.threads]
-
-    def ensure(self) -> None:
-        """Start threads up to ``n`` (a parallel backward is starting)."""
-        with self._cv:
-            while len(self.threads) < self.n and not self.stopping:
-                t = threading.Thread(target=self._loop, name=f"threadgrad-cpu-{next(_helper_names)}", daemon=True)
-                t.start()  # listed after it starts, under the lock: stop() never joins an unstarted thread
-                self.threads.append(t)
-
-    def offer(self, q: _SharedQueue) -> None:
-        with self._cv:
-            self._queues.append(q)
-            if self.idle:
-                self._cv.notify()
-
-    def wake_one(self) -> None:
-        with self._cv:
-            if self.idle:
-                self._cv.notify()
-
-    def _loop(self) -> None:
-        tls.is_worker = True
-        me = threading.current_thread()
-        queues = self._queues
-        while True:
-            with self._cv:
-                self.busy.discard(me)
-                while True:
-                    if self.stopping or len(self.threads) > self.n:
-                        self.threads.remove(me)
-                        self._cv.notify_all()  # resize() may wait for the list to shrink
-                        return
-                    if queues:
-                        break
-                    self.idle += 1
-                    try:
-                        self._cv.wait()
-                    finally:
-                        self.idle -= 1
-                q = queues.popleft()
-                queues.append(q)  # in turn: every parallel backward in flight gets its share
-                self.busy.add(me)  # (resize() does not wait for it until it is back here)
-            entry = q.steal(True)
-            unlisted = entry is False
-            if type(entry) is tuple:
-                try:
-                    unlisted = self._engine._help(q, entry, self)
-                finally:
-                    q.leave()  # a failed task's driver may be waiting for it (wait_helpers)
-            # unlisted: this steal unlisted q, or _help's last steal did (it took q's last task
-            # and found q empty after it). Either way this thread removes q from the list.
-            if unlisted:
-                with self._cv:
-                    try:
-                        queues.remove(q)
-                    except ValueError:
-                        pass
-            q = entry = None  # hold nothing of a finished task while waiting
-
-    def stop(self) -> list[threading.Thread]:
-        with self._cv:
-            self.stopping = True
-            self._cv.notify_all()
-            return list(self.threads)
-
-
-_helper_names = itertools.count()
-
-
-class GraphTask:
-    """The state of one backward call (PyTorch's GraphTask). See docs/architecture.md."""
-
-    __slots__ = (
-        "dependencies", "not_ready", "outstanding", "exec_info", "captures", "captured", "cut", "runnable",
-        "keep_graph", "create_graph", "anomaly", "check_nan", "saved_hooks", "saved_hooks_off", "depth", "prio_base",
-        "owner_queue", "error", "done", "final_callbacks", "lock",
-        "uses_streams", "caller_streams", "leaf_streams", "shared", "single", "__weakref__",
-    )
-
-    def __init__(self, keep_graph: bool, create_graph: bool, depth: int, owner_queue: ReadyQueue) -> None:
-        self.dependencies: dict[Node, int] = {}   # node -> incoming edges still expected
-        self.not_ready: dict[Node, list] = {}     # node -> input buffer (one slot per input)
-        self.outstanding = 0                      # see Note [Completion]
-        self.exec_info: set[Node] | None = None  # the nodes that run; None: everything reachable
-        self.captures: dict[Node, list] | None = None   # node -> [(input slot, result index)]
-        self.captured: list = []
-        self.cut: frozenset = frozenset()  # (node, input_nr) edges cut by no_grad_vars
-        self.runnable: set | None = None  # None: every node reached runs or captures (Note [Needed nodes], autograd.py)
-        self.keep_graph = keep_graph
-        self.create_graph = create_graph
-        # Thread-local state captured from the caller; see Note [Thread-local state]. (The
-        # defaults while no thread ever used the feature: Note [Used flags], _install.)
-        if used.anomaly:
-            self.anomaly = tls.anomaly
-            self.check_nan = tls.anomaly_check_nan
-        else:
-            self.anomaly, self.check_nan = False, True
-        if used.saved_hooks:
-            self.saved_hooks, self.saved_hooks_off = tls.saved_hooks, tls.saved_hooks_disabled
-        else:
-            self.saved_hooks, self.saved_hooks_off = (), None
-        self.depth = depth
-        self.prio_base = depth << _SEQ_BITS
-        self.owner_queue = owner_queue
-        self.error: BaseException | None = None
-        self.done = False
-        self.final_callbacks: list[Callable[[], None]] = []
-        self.lock = threading.Lock()
-        self.shared = False  # another thread may route into this task: see Note [Shared tasks]
-        self.single: set | None = None  # parallel tasks: the nodes one edge reaches (Note [Parallel cpu workers])
-        # See Note [Streams]: the caller's current stream per device, captured on its thread.
-        self.uses_streams = devices.streams_in_use
-        self.caller_streams = _current_streams() if self.uses_streams else None
-        self.leaf_streams: list = []
-
-
-def _current_streams() -> dict:
-    # list() first: it copies the values in C, so a device registered meanwhile by another
-    # thread cannot break the iteration (set() would call Device.__hash__, Python code).
-    return {d: d.current_stream() for d in list(devices._registry.values()) if d.has_streams}
-
-
-_SHUTDOWN = object()  # the node slot of a shutdown task
-
-
-def _install(gt: GraphTask) -> None:
+def _install(task: GraphTask) -> None:
     """Make this thread behave as the backward caller did. See Note [Thread-local state] (_state.py).
 
     While no thread ever used anomaly mode or saved-tensor hooks, every thread and every task
-    has their defaults: nothing to write (Note [Used flags]; measured with GraphTask's reads
-    and _thread_main's save and restore: 128,944 -> 122,041 instructions per 3-node call)."""
-    tls.grad_enabled = gt.create_graph
+    has their defaults: nothing to write (Note [Used flags]; row ``call`` of
+    benchmarks/instructions.py, with GraphTask's reads and the loop's save and restore)."""
+    tls.grad_enabled = task.create_graph
     if used.anomaly:
-        tls.anomaly = gt.anomaly
-        tls.anomaly_check_nan = gt.check_nan
+        tls.anomaly = task.anomaly
+        tls.anomaly_check_nan = task.check_nan
     if used.saved_hooks:
-        tls.saved_hooks = gt.saved_hooks
-        tls.saved_hooks_disabled = gt.saved_hooks_off
-    tls.current_task = gt
+        tls.saved_hooks = task.saved_hooks
+        tls.saved_hooks_disabled = task.saved_hooks_off
+    tls.current_task = task
+
+
+def _pop_for(q: ReadyQueue, wait_for: GraphTask | None) -> Callable[[], tuple]:
+    """How a loop driving ``wait_for`` (None: a device worker's own loop) pops ``q``."""
+    if q.multi:
+        # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
+        # [Parallel cpu workers]).
+        return lambda: q.pop(wait_for)
+    if wait_for is not None and q.worker:
+        # a backward inside a worker's node: Note [Shutdown] in engine/ready_queue.py
+        return lambda: q.pop(None, True)
+    return q.pop
+
+
+def _save_state() -> tuple:
+    """This thread's state that ``_install`` changes, for ``_restore_state`` (the defaults while
+    a feature was never used: _install's docstring)."""
+    return (tls.grad_enabled, tls.anomaly if used.anomaly else False,
+            tls.anomaly_check_nan if used.anomaly else True,
+            tls.saved_hooks if used.saved_hooks else (), tls.current_task,
+            tls.saved_hooks_disabled if used.saved_hooks else None)
+
+
+def _restore_state(saved: tuple) -> None:
+    tls.grad_enabled, tls.current_task = saved[0], saved[4]
+    if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
+        tls.anomaly, tls.anomaly_check_nan = saved[1], saved[2]
+    if used.saved_hooks:
+        tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
+
+
+def _forget_task() -> None:
+    """An idle device worker keeps no task: the last one may be finished, and its graph,
+    gradients and hooks must die with the caller's references. It turns grad mode back on too
+    (the task's install may have turned it off: Note [Grad mode fast path]); _install sets it
+    again for the next task. (The loop's ``current`` is already None when this worker ran the
+    task's last node.)"""
+    tls.current_task = None
+    tls.saved_hooks, tls.saved_hooks_disabled = (), None
+    tls.grad_enabled = True
+
+
+def _drop_failed(q: ReadyQueue, task: GraphTask) -> None:
+    """The loop driving failed ``task`` leaves: drop its tasks still queued, and for a parallel
+    task wait until no helper runs one of its nodes (Note [Parallel cpu workers]: no node runs
+    after its caller sees the error)."""
+    q.purge(task)
+    if q.multi:
+        q.wait_helpers()
 
 
 def _add_note(e: BaseException, note: str) -> None:
@@ -771,70 +464,6 @@ def _check_nan(node: Node, outputs: Any) -> None:
     for i, g in enumerate(outputs):
         if g is not None and g._data.dtype.kind in "fc" and bool(g.device.xp.isnan(g._data).any()):
             raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
-
-
-class _Pool:
-    """Reusable threads for reentrant overflow and backward_async. Grows when all are busy
-    (a reentrant chain needs one per hop); a thread idle for ``idle_timeout()`` seconds
-    retires, and ``stop`` ends them all.
-
-    Hand-off and retirement are decided under one lock: ``submit`` counts on an idle thread
-    only while it is counted in ``_idle``, and a thread leaves that count only with the lock
-    held, after it has looked at ``_jobs`` once more. So a thread whose wait timed out while
-    a job was being handed to it takes the job instead of retiring: no job is ever left
-    behind with no thread to run it."""
-
-    def __init__(self, idle_timeout: Callable[[], float]) -> None:
-        self._cv = threading.Condition(threading.Lock())
-        self._jobs: list[Callable[[], None]] = []
-        self._idle = 0
-        self._stopping = False
-        self._idle_timeout = idle_timeout
-        self.threads: list[threading.Thread] = []
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._cv:
-            self._jobs.append(job)
-            if self._idle >= len(self._jobs):
-                self._cv.notify()
-                return
-            t = threading.Thread(target=self._loop, name=f"threadgrad-pool-{next(_pool_names)}", daemon=True)
-            t.start()  # before it is listed, under the lock: stop() must never join an unstarted thread
-            self.threads.append(t)
-
-    def _loop(self) -> None:
-        tls.is_worker = True
-        while True:
-            with self._cv:
-                while not self._jobs and not self._stopping:
-                    self._idle += 1
-                    try:
-                        woken = self._cv.wait(self._idle_timeout())
-                    finally:
-                        self._idle -= 1
-                    if not woken and not self._jobs and not self._stopping:
-                        # Idle too long, and (under the lock) nothing was handed over meanwhile.
-                        self.threads.remove(threading.current_thread())
-                        return
-                if not self._jobs:
-                    return
-                job = self._jobs.pop(0)
-            job()
-            job = None  # the finished job's closure holds its graph: drop it before waiting
-
-    def wake_idle(self) -> None:
-        """Make idle threads start their wait again (with a new ``idle_timeout()``)."""
-        with self._cv:
-            self._cv.notify_all()
-
-    def stop(self) -> list[threading.Thread]:
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-            return list(self.threads)
-
-
-_pool_names = itertools.count()
 
 
 class Engine:
@@ -931,40 +560,41 @@ class Engine:
             w = self._workers.get(device)
             if w is not None and w[0] is q:
                 del self._workers[device]
-        for _, _, gt, _, _ in q.close():
-            if gt is not None:
-                self._fail(gt, _worker_lost(cause), None)
+        for _, _, task, _, _ in q.close():
+            if task is not None:
+                self._fail(task, _worker_lost(cause), None)
 
     def _fail_all(self, q: ReadyQueue, device: devices.Device, cause: BaseException) -> None:
         """Serve ``q`` by failing every GraphTask that sends work to it (the worker could not
         start on its device), so no backward waits forever. See Note [Errors]."""
         while True:
-            _, _, gt, node, _ = q.pop()
-            if gt is None:
+            _, _, task, node, _ = q.pop()
+            if task is None:
                 if node is _SHUTDOWN:
                     return
                 continue
             err = RuntimeError(f"the worker thread of {device} could not start: {_describe(cause)}")
-            self._fail(gt, err, node)
-            with gt.lock:
-                gt.outstanding -= 1
+            self._fail(task, err, node)
+            with task.lock:
+                task.outstanding -= 1
 
-    def _push(self, gt: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
-        """Queue ``node`` on the thread that serves ``device`` (caller holds gt.lock, or gt is
-        not shared yet). See Note [Threads and queues], [Completion] and [Shared tasks]."""
-        gt.outstanding += 1
-        prio = -(gt.prio_base | node.sequence_nr)
+    def _push(self, task: GraphTask, device: devices.Device, node: Node, inputs: list, tie: int | None = None) -> None:
+        """Queue ``node`` on the thread that serves ``device`` (caller holds task.lock, or task is
+        not shared yet). See Note [Threads and queues] in engine/threads.py, Note [Completion]
+        and Note [Shared tasks] in engine/graph_task.py."""
+        task.outstanding += 1
+        prio = -(task.prio_base | node.sequence_nr)
         if _profiler is not None:  # See Note [Profiler hooks]
-            _profiler.queued(gt, node)
+            _profiler.queued(task, node)
         if not device.needs_worker:
-            gt.owner_queue.push(prio, gt, node, inputs, tie)
+            task.owner_queue.push(prio, task, node, inputs, tie)
             return
-        if not gt.shared:
-            # The first hand-off to another thread: from here on gt is routed under its lock.
+        if not task.shared:
+            # The first hand-off to another thread: from here on task is routed under its lock.
             # This thread takes it now, before the worker can see the task; _run_task releases it.
-            gt.lock.acquire()
-            gt.shared = True
-        while not self._device_queue(device).push(prio, gt, node, inputs):
+            task.lock.acquire()
+            task.shared = True
+        while not self._device_queue(device).push(prio, task, node, inputs):
             pass  # that worker was shut down after we looked it up; the next lookup starts a new one
 
     def worker_threads(self) -> list[threading.Thread]:
@@ -1007,17 +637,17 @@ class Engine:
         tls.total_depth = 0
 
     # -- running a GraphTask ----------------------------------------------------------
-    def execute(self, gt: GraphTask, root: GraphRoot) -> None:
-        """Run ``gt`` from ``root`` on this thread (or, past the depth limit, on a pool thread)
-        and return when it is done; the outcome is in ``gt.error`` and ``gt.captured``."""
+    def execute(self, task: GraphTask, root: GraphRoot) -> None:
+        """Run ``task`` from ``root`` on this thread (or, past the depth limit, on a pool thread)
+        and return when it is done; the outcome is in ``task.error`` and ``task.captured``."""
         parent = tls.current_task
         if parent is None:
             helpers = self._helpers
             if helpers.n:
                 # A parallel backward: its cpu nodes go to a queue of its own that the helpers
-                # take from too, so every routing is under gt.lock. Note [Parallel cpu workers].
+                # take from too, so every routing is under task.lock. Note [Parallel cpu workers].
                 q = _SharedQueue(helpers)
-                _share(gt)
+                _share(task)
                 if len(helpers.threads) < helpers.n:
                     helpers.ensure()
             else:
@@ -1025,14 +655,15 @@ class Engine:
                 q = tls.own_queue
                 if q is None:
                     q = tls.own_queue = ReadyQueue()
-            gt.owner_queue = q
+            task.owner_queue = q
             # The root task runs first, without a trip through the queue: nothing else of
-            # this thread's can be waiting there (measured: push + pop, about 0.8 us a call).
-            gt.outstanding += 1  # (gt is not shared yet, or holds no node yet: Note [Shared tasks])
+            # this thread's can be waiting there (a push and a pop saved: row ``call``).
+            # (task is not shared yet, or holds no node yet: Note [Shared tasks] in engine/graph_task.py)
+            task.outstanding += 1
             prev_queue = tls.local_queue
             tls.local_queue = q
             try:
-                self._thread_main(gt, root)
+                self._thread_main(task, root)
             finally:
                 tls.local_queue = prev_queue
             return
@@ -1041,50 +672,54 @@ class Engine:
         if prev_queue.multi:
             # Started by a cpu node of a parallel backward: a parallel child, with its own queue,
             # which this thread (or the pool thread) drives. See Note [Parallel cpu workers].
-            gt.owner_queue = _SharedQueue(prev_queue._helpers)
-            _share(gt)
+            task.owner_queue = _SharedQueue(prev_queue._helpers)
+            _share(task)
         else:
-            gt.owner_queue = prev_queue
-        with gt.lock:
-            self._push(gt, _cpu, root, [])
+            task.owner_queue = prev_queue
+        with task.lock:
+            self._push(task, _cpu, root, [])
         if tls.depth >= self.max_recursion_depth:
-            # Wait for the pool thread to *leave* this queue, not only for gt to finish: a
-            # queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
-            # future let this thread pop again while the pool thread was still running a
-            # task it had popped, and a completion it then made woke no one: a hang.
-            left = threading.Event()
-            self._pool.submit(lambda: self._run_on_pool(gt, left))
-            try:
-                timeout = _signal_slice()
-                while not left.wait(timeout):
-                    pass
-            except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
-                self._fail(gt, e, None)
-                gt.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
-                while True:  # it leaves once its current node returns; only then is q ours
-                    try:
-                        left.wait()
-                        break
-                    except KeyboardInterrupt:
-                        pass  # one interrupt is enough: it is already this task's error
+            self._drive_on_pool(task)
             return
         prev_total = tls.total_depth
         tls.depth += 1
-        tls.total_depth = gt.depth
-        tls.local_queue = gt.owner_queue  # (prev_queue itself, but for a parallel child)
+        tls.total_depth = task.depth
+        tls.local_queue = task.owner_queue  # (prev_queue itself, but for a parallel child)
         try:
-            self._thread_main(gt)
+            self._thread_main(task)
         finally:
             tls.depth -= 1
             tls.total_depth = prev_total
             tls.local_queue = prev_queue
 
-    def _run_on_pool(self, gt: GraphTask, left: threading.Event) -> None:
-        tls.local_queue = gt.owner_queue
-        tls.total_depth = gt.depth
+    def _drive_on_pool(self, task: GraphTask) -> None:
+        """A reentrant ``task`` past ``max_recursion_depth``: a pool thread drives it on this
+        thread's queue; return once that thread has *left* the queue, not only once task is
+        done: a queue has one consumer at a time (Note [Reentrant backward]). Waiting on the
+        future let this thread pop again while the pool thread was still running a task it
+        had popped, and a completion it then made woke no one: a hang."""
+        left = threading.Event()
+        self._pool.submit(lambda: self._run_on_pool(task, left))
+        try:
+            timeout = _signal_slice()
+            while not left.wait(timeout):
+                pass
+        except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
+            self._fail(task, e, None)
+            task.owner_queue.push(_WAKE_PRIO, None, None, None)  # the pool thread may sleep in pop
+            while True:  # it leaves once its current node returns; only then is q ours
+                try:
+                    left.wait()
+                    break
+                except KeyboardInterrupt:
+                    pass  # one interrupt is enough: it is already this task's error
+
+    def _run_on_pool(self, task: GraphTask, left: threading.Event) -> None:
+        tls.local_queue = task.owner_queue
+        tls.total_depth = task.depth
         tls.depth = 0
         try:
-            self._thread_main(gt)
+            self._thread_main(task)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -1096,24 +731,24 @@ class Engine:
         tasks while no other parallel queue is listed (no trip through the helpers' lock, and
         this thread's state stays installed). Leaves this thread's state at its defaults.
         Returns True if a steal unlisted ``q``. See Note [Parallel cpu workers]."""
-        _, _, gt, node, inputs = entry
+        _, _, task, node, inputs = entry
         entry = None
         tls.local_queue = q
-        tls.total_depth = gt.depth
-        _install(gt)
+        tls.total_depth = task.depth
+        _install(task)
         run = self._run_task
         queues = helpers._queues
         unlisted = False
-        priv = _Private()  # this thread's private work (Note [Private work]); empty when run returns None
+        private = _Private()  # this thread's private work (Note [Private work]); empty when run returns None
         try:
             while True:
                 if _profiler is None:
-                    nxt = run(gt, node, inputs, q, priv)
+                    successor = run(task, node, inputs, q, private)
                 else:  # See Note [Profiler hooks]
-                    nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
-                if nxt is not None:
-                    node, inputs, _ = nxt
-                    nxt = None
+                    successor = _record_node(run, task, node, inputs, q, private)
+                if successor is not None:
+                    node, inputs, _ = successor
+                    successor = None
                     continue
                 if len(queues) > 1 or len(helpers.threads) > helpers.n or helpers.stopping:
                     break  # another backward waits for a helper, or this one is to retire
@@ -1127,7 +762,7 @@ class Engine:
             err = RuntimeError(f"backward could not finish: engine thread {threading.current_thread().name} "
                                f"failed on an internal error ({_describe(e)})")
             err.__cause__ = e
-            self._fail(gt, err, None)
+            self._fail(task, err, None)
         finally:
             tls.local_queue = None
             tls.total_depth = 0
@@ -1151,214 +786,187 @@ class Engine:
         root task, already counted as outstanding, run before the first pop. Restores the
         thread's state on exit."""
         q = tls.local_queue
-        # A parallel task's queue has other consumers: its driver waits in pop(until) (Note
-        # [Parallel cpu workers]).
         serial = not q.multi  # (a local: a class attribute read through an instance is not specialized)
-        if not serial:
-            pop = lambda: q.pop(wait_for)  # type: ignore[union-attr]  # noqa: E731
-        elif wait_for is not None and q.worker:
-            pop = lambda: q.pop(None, True)  # a backward inside a worker's node: Note [Shutdown]  # noqa: E731
-        else:
-            pop = q.pop
-        # (the defaults while a feature was never used: _install's docstring)
-        saved = (tls.grad_enabled, tls.anomaly if used.anomaly else False,
-                 tls.anomaly_check_nan if used.anomaly else True,
-                 tls.saved_hooks if used.saved_hooks else (), tls.current_task,
-                 tls.saved_hooks_disabled if used.saved_hooks else None)
+        pop = _pop_for(q, wait_for)
+        saved = _save_state()
         run = self._run_task
-        priv = None if serial else _Private()  # this thread's private work (Note [Private work])
+        private = None if serial else _Private()  # this thread's private work (Note [Private work])
         # ``current`` mirrors tls.current_task, which only this loop changes here: a node's
         # reentrant backward restores it before returning (a thread-local read per node saved).
         current = tls.current_task
-        gt = None  # the task in hand, from its pop to the end of its node and continuations
+        task = None  # the task in hand, from its pop to the end of its node and continuations
         try:
             while wait_for is None or not wait_for.done:
                 if wait_for is None and not q._heap and (current is not None or not tls.grad_enabled):
-                    # An idle device worker keeps no task: the last one may be finished, and
-                    # its graph, gradients and hooks must die with the caller's references.
-                    # It turns grad mode back on too (the task's install may have turned it
-                    # off: Note [Grad mode fast path]); _install sets it again for the next task.
-                    # (`current` is already None when this worker ran the task's last node.)
-                    tls.current_task = current = None
-                    tls.saved_hooks, tls.saved_hooks_disabled = (), None
-                    tls.grad_enabled = True
+                    current = _forget_task()  # an idle device worker keeps no task
                 if root is not None:
-                    gt, node, inputs, root = wait_for, root, [], None
+                    task, node, inputs, root = wait_for, root, [], None
                 else:
-                    _, _, gt, node, inputs = pop()
-                if gt is None:
+                    _, _, task, node, inputs = pop()
+                if task is None:
                     if node is _SHUTDOWN:
                         return
                     continue  # a wake-up: re-check wait_for.done
                 while True:
-                    if current is not gt:
-                        _install(gt)
-                        current = gt
+                    if current is not task:
+                        _install(task)
+                        current = task
                     if _profiler is None:
-                        nxt = run(gt, node, inputs, q, priv)
+                        successor = run(task, node, inputs, q, private)
                     else:  # See Note [Profiler hooks]
-                        nxt = _profiler.run_node(run, gt, node, inputs, q, priv)
-                    if gt.done:
+                        successor = _record_node(run, task, node, inputs, q, private)
+                    if task.done:
                         tls.current_task = current = None  # drop the reference; the next task re-installs
-                    if nxt is None:
+                    if successor is None:
                         break
                     # See Note [Continuation]: run the successor now, unless a queued task
                     # comes first (only this thread pops q, so its top cannot move away).
-                    node, inputs, tie = nxt
+                    node, inputs, tie = successor
                     heap = q._heap
                     if heap and serial:  # (a parallel task's thread keeps its successor)
-                        prio = -(gt.prio_base | node.sequence_nr)
+                        prio = -(task.prio_base | node.sequence_nr)
                         top = heap[0]
                         if top[0] < prio or (top[0] == prio and (tie is None or top[1] < tie)):
                             if _profiler is not None:  # See Note [Profiler hooks]
-                                _profiler.queued(gt, node)
-                            q.push(prio, gt, node, inputs, tie)
+                                _profiler.queued(task, node)
+                            q.push(prio, task, node, inputs, tie)
                             break
-                gt = node = inputs = nxt = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
+                task = node = inputs = successor = None  # as PyTorch destroys its NodeTask: hold nothing while waiting
             if wait_for.error is not None:
-                q.purge(wait_for)
-                if not serial:
-                    q.wait_helpers()  # See Note [Parallel cpu workers]: no node runs after it fails
+                _drop_failed(q, wait_for)
         except BaseException as e:  # noqa: BLE001 - see Note [Interrupts]
-            self._abandon(wait_for, gt, e)
+            self._abandon(wait_for, task, e)
             if wait_for is None:
                 raise  # a device worker's own loop failed: _device_worker takes over
-            q.purge(wait_for)
-            if not serial:
-                q.wait_helpers()
+            _drop_failed(q, wait_for)
         finally:
-            tls.grad_enabled, tls.current_task = saved[0], saved[4]
-            if used.anomaly:  # (a node may have used it since the save: then write the defaults back)
-                tls.anomaly, tls.anomaly_check_nan = saved[1], saved[2]
-            if used.saved_hooks:
-                tls.saved_hooks, tls.saved_hooks_disabled = saved[3], saved[5]
+            _restore_state(saved)
 
-    def _run_task(self, gt: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
-                  priv: _Private | None = None) -> tuple | None:
+    def _run_task(self, task: GraphTask, fn: Node, inputs: list, served: ReadyQueue | None,
+                  private: _Private | None = None) -> tuple | None:
         """Run one node and route its outputs (PyTorch's evaluate_function). Returns the one
         ready successor bound for ``served``, the queue this thread serves, that it kept back
         to run next on this thread (Note [Continuation]); ``served`` None keeps none back.
-        ``priv``: the private work of this thread in a parallel task (Note [Private work])."""
+        ``private``: the private work of this thread in a parallel task (Note [Private work])."""
         outputs = None
-        if priv is not None and (fn._hooks is not None or fn.runs_user_code) and (priv or priv.sums):
-            self._publish_all(gt, priv)  # the user's code may wait for it: Note [Private work]
-        if gt.error is None:
+        if private is not None and (fn._hooks is not None or fn.runs_user_code) and (private or private.sums):
+            self._publish_all(task, private)  # the user's code may wait for it: Note [Private work]
+        if task.error is None:
             try:
-                if fn._hooks is None and not gt.uses_streams and (gt.exec_info is None or fn not in gt.captures):
+                if fn._hooks is None and not task.uses_streams and (task.exec_info is None or fn not in task.captures):
                     # (With exec_info, a node that runs and captures nothing is a needed node:
                     # _route queues only runnable nodes, or runnable is None because every
                     # node reached is needed or captured: Note [Needed nodes] in autograd.py.)
-                    # The common case of _call_function, inlined (measured: -0.15 us/node).
+                    # The common case of _call_function, inlined (row ``chain_bwd``).
                     if inputs and inputs[0] is None and _all_none(inputs):
                         # Nothing arrived: outputs undefined too, but for the nodes torch
                         # still runs (Node.runs_without_gradients).
                         outputs = fn.apply(inputs) if fn.runs_without_gradients else [None] * len(fn.next_edges)
                     elif fn.apply_is_backward:
-                        # Node.apply's body, one frame less (with `current` in _thread_main:
-                        # 28,740 -> 27,908 instructions/node)
+                        # Node.apply's body, one frame less (row ``chain_bwd``)
                         outputs = fn.backward(*inputs)
                     else:
                         outputs = fn.apply(inputs)
-                    if not gt.keep_graph and fn._saved:
+                    if not task.keep_graph and fn._saved:
                         fn._saved = None  # release_variables()
-                    if gt.anomaly and gt.check_nan:
+                    if task.anomaly and task.check_nan:
                         _check_nan(fn, outputs)
-                elif gt.exec_info is None:
-                    outputs = self._call_function(gt, fn, inputs, True)
+                elif task.exec_info is None:
+                    outputs = self._call_function(task, fn, inputs, True)
                 else:
-                    outputs = self._capture_and_call(gt, fn, inputs)
+                    outputs = self._capture_and_call(task, fn, inputs)
             except BaseException as e:  # noqa: BLE001 - see Note [Errors]
-                self._fail(gt, e, fn)
+                self._fail(task, e, fn)
         err = None
-        nxt = None
-        # See Note [Completion] and Note [Shared tasks]: the lock only once another thread
-        # may route into gt (measured: chain backward 28,925 -> 27,155 instructions/node).
-        if gt.shared:
-            if priv is not None and outputs and gt.single is not None:
-                nxt = _private_step(gt, fn, outputs, priv)  # See Note [Private work]
-                if nxt is _ABSORBED:
-                    outputs = nxt = None  # routed, and nothing left to run: settle under the lock
-                elif nxt is not None:
-                    if priv:
-                        self._share_if_idle(gt, priv)
-                    return nxt
-            gt.lock.acquire()
+        successor = None
+        # See Note [Completion] and Note [Shared tasks] in engine/graph_task.py: the lock only
+        # once another thread may route into task (row ``chain_bwd``).
+        if task.shared:
+            if private is not None and outputs and task.single is not None:
+                successor = _private_step(task, fn, outputs, private)  # See Note [Private work]
+                if successor is _ABSORBED:
+                    outputs = successor = None  # routed, and nothing left to run: settle under the lock
+                elif successor is not None:
+                    if private:
+                        self._share_if_idle(task, private)
+                    return successor
+            task.lock.acquire()
         try:
-            if outputs and gt.error is None:
+            if outputs and task.error is None:
                 try:
-                    nxt = self._route(gt, fn, outputs, served)
+                    successor = self._route(task, fn, outputs, served)
                 except BaseException as e:  # noqa: BLE001
                     # Claim the failure before the decrement, under the lock: once outstanding
                     # can reach 0 on another thread, that thread's _complete must see the error
                     # (else the backward returns normally with gradients missing).
-                    if gt.error is None:
-                        gt.error = err = e
-            if priv is None:
-                gt.outstanding -= 1
-                last = gt.outstanding == 0
+                    if task.error is None:
+                        task.error = err = e
+            if private is None:
+                task.outstanding -= 1
+                last = task.outstanding == 0
             else:
-                nxt, last = self._settle(gt, priv, nxt)
+                successor, last = self._settle(task, private, successor)
         finally:
-            if gt.shared:  # held since the top, or taken by _push if this routing shared gt
-                gt.lock.release()
+            if task.shared:  # held since the top, or taken by _push if this routing shared task
+                task.lock.release()
         if err is not None:
-            self._fail(gt, err, fn, claimed=True)
+            self._fail(task, err, fn, claimed=True)
             err = None  # this frame may end up in err's traceback: no cycle through it
         if last:
-            self._complete(gt)
-        elif priv and nxt is not None:
-            self._share_if_idle(gt, priv)
-        return nxt
+            self._complete(task)
+        elif private and successor is not None:
+            self._share_if_idle(task, private)
+        return successor
 
-    def _settle(self, gt: GraphTask, priv: _Private, nxt: tuple | None) -> tuple:
-        """The end of a parallel thread's node, under gt.lock: the next task and whether the
+    def _settle(self, task: GraphTask, private: _Private, successor: tuple | None) -> tuple:
+        """The end of a parallel thread's node, under task.lock: the next task and whether the
         task is done. This thread's count in ``outstanding`` covers its private work, so it
         passes to the next private task; once the stack is empty the sums are handed over and
         the count is given back. A failed task drops both. See Note [Private work]."""
-        if gt.error is not None:
-            priv.clear()
-            priv.sums = None
-        elif nxt is None:
-            if priv:
-                return priv.pop(), False
-            if priv.sums is not None:
-                nxt = self._flush_sums(gt, priv, True)
-        gt.outstanding -= 1
-        return nxt, gt.outstanding == 0
+        if task.error is not None:
+            private.clear()
+            private.sums = None
+        elif successor is None:
+            if private:
+                return private.pop(), False
+            if private.sums is not None:
+                successor = self._flush_sums(task, private, True)
+        task.outstanding -= 1
+        return successor, task.outstanding == 0
 
-    def _share_if_idle(self, gt: GraphTask, priv: _Private) -> None:
+    def _share_if_idle(self, task: GraphTask, private: _Private) -> None:
         """Queue some of this thread's private work if a thread waits for work of this task
         (a sleeping helper, or the driver waiting in pop): one task per waiting thread."""
-        q = gt.owner_queue
+        q = task.owner_queue
         idle = q._helpers.idle + q._waiters  # (unlocked reads: a stale one only delays a share)
         if idle:
-            self._publish(gt, priv, idle)
+            self._publish(task, private, idle)
 
-    def _publish(self, gt: GraphTask, priv: _Private, k: int) -> None:
+    def _publish(self, task: GraphTask, private: _Private, k: int) -> None:
         """Queue this thread's ``k`` oldest private tasks (the largest subtrees left, in the
         depth-first order they were found), each counted in ``outstanding`` from now on."""
-        tasks = priv[:k]
-        del priv[:k]
-        with gt.lock:
+        tasks = private[:k]
+        del private[:k]
+        with task.lock:
             for node, buf, _ in tasks:
-                self._push(gt, _cpu, node, buf)
+                self._push(task, _cpu, node, buf)
 
-    def _publish_all(self, gt: GraphTask, priv: _Private) -> None:
+    def _publish_all(self, task: GraphTask, private: _Private) -> None:
         """Queue all of this thread's private work, and hand its leaf sums over."""
-        with gt.lock:
-            for node, buf, _ in priv:
-                self._push(gt, _cpu, node, buf)
-            priv.clear()
-            if priv.sums is not None:
-                self._flush_sums(gt, priv, False)
+        with task.lock:
+            for node, buf, _ in private:
+                self._push(task, _cpu, node, buf)
+            private.clear()
+            if private.sums is not None:
+                self._flush_sums(task, private, False)
 
-    def _flush_sums(self, gt: GraphTask, priv: _Private, keep_one: bool) -> tuple | None:
-        """Hand this thread's leaf sums over to the task (caller holds gt.lock): each leaf's
+    def _flush_sums(self, task: GraphTask, private: _Private, keep_one: bool) -> tuple | None:
+        """Hand this thread's leaf sums over to the task (caller holds task.lock): each leaf's
         count drops by the edges summed, the sum goes into its buffer, and a leaf whose last
         edge this was is ready: queued, or with ``keep_one`` the first returned to run next
         (counted in ``outstanding``, as _route's continuation). See Note [Private work]."""
-        sums, priv.sums = priv.sums, None
-        deps, not_ready = gt.dependencies, gt.not_ready
+        sums, private.sums = private.sums, None
+        deps, not_ready = task.dependencies, task.not_ready
         kept = None
         for leaf, (g, k) in sums.items():  # type: ignore[union-attr]
             count = deps[leaf] - k
@@ -1375,38 +983,38 @@ class Engine:
             if count:
                 continue
             if keep_one and kept is None:
-                gt.outstanding += 1
+                task.outstanding += 1
                 kept = (leaf, buf, None)
             else:
-                self._push(gt, _cpu, leaf, buf)
+                self._push(task, _cpu, leaf, buf)
         return kept
 
-    def _call_function(self, gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+    def _call_function(self, task: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         if fn._hooks is not None and type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # its hooks see them: See Note [Gradient ownership] (tensor.py)
-        if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+        if task.uses_streams and fn.stream is not None:  # See Note [Streams]
             dev, stream = fn.stream
             ws = tls.worker_stream
             if ws is not None and stream is ws[1] and dev is ws[0]:  # See Note [Worker stream]
                 try:
-                    outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
+                    outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
                 finally:
                     dev.keep_current(stream)
             else:
                 with dev.stream_context(stream):  # hooks run on the node's stream too, as in PyTorch
-                    outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
+                    outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
             if not fn.next_edges:
-                gt.leaf_streams.append(fn.stream)
+                task.leaf_streams.append(fn.stream)
         else:
-            outputs = self._call_hooks_and_apply(gt, fn, inputs, tensor_hooks)
-        if not gt.keep_graph:
+            outputs = self._call_hooks_and_apply(task, fn, inputs, tensor_hooks)
+        if not task.keep_graph:
             fn.release_variables()
-        if gt.anomaly and gt.check_nan:
+        if task.anomaly and task.check_nan:
             _check_nan(fn, outputs)
         return outputs
 
     @staticmethod
-    def _call_hooks_and_apply(gt: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
+    def _call_hooks_and_apply(task: GraphTask, fn: Node, inputs: list, tensor_hooks: bool) -> Any:
         hooks = fn._hooks
         if hooks is not None:
             if tensor_hooks:
@@ -1419,45 +1027,45 @@ class Engine:
         else:
             outputs = fn.apply(inputs)  # (GraphRoot takes no inputs)
         if hooks is not None and hooks.post:
-            if gt.runnable is not None and fn.computes_only_needed:
-                outputs = _mask_unneeded(gt, fn, outputs)
+            if task.runnable is not None and fn.computes_only_needed:
+                outputs = _mask_unneeded(task, fn, outputs)
             # the hooks may keep what they see: Note [Gradient ownership] (tensor.py)
             outputs = hooks.run_post(fn, disown(list(outputs)), inputs)
         return outputs
 
-    def _capture_and_call(self, gt: GraphTask, fn: Node, inputs: list) -> Any:
+    def _capture_and_call(self, task: GraphTask, fn: Node, inputs: list) -> Any:
         """grad()/backward(inputs=): run ``fn`` if it is needed, and record the requested
         gradients arriving at it, as torch's evaluate_function does: a needed node's inputs
         are captured before its tensor hooks (which then run with the node); a node that is
         not needed (captured, or the single root: Note [Needed nodes] in autograd.py) runs
         only its tensor hooks and retains_grad, and the capture takes their result."""
-        needed = fn in gt.exec_info  # type: ignore[operator]
-        caps = gt.captures.get(fn)  # type: ignore[union-attr]
+        needed = fn in task.exec_info  # type: ignore[operator]
+        caps = task.captures.get(fn)  # type: ignore[union-attr]
         if caps is None and needed:
-            return self._call_function(gt, fn, inputs, True)
+            return self._call_function(task, fn, inputs, True)
         if type(fn) is AccumulateGrad:
             inputs = disown(inputs)  # hooks and grad()'s caller see them: Note [Gradient ownership]
-        if caps and gt.uses_streams and fn.stream is not None:  # See Note [Streams]
-            gt.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
+        if caps and task.uses_streams and fn.stream is not None:  # See Note [Streams]
+            task.leaf_streams.append(fn.stream)  # the caller reads the captured gradient: sync it
         if needed:
             for slot, idx in caps:  # type: ignore[union-attr]
-                gt.captured[idx] = inputs[slot]
-            return self._call_function(gt, fn, inputs, True)
+                task.captured[idx] = inputs[slot]
+            return self._call_function(task, fn, inputs, True)
         hooks = fn._hooks
         if hooks is not None:
-            if gt.uses_streams and fn.stream is not None:  # See Note [Streams]
+            if task.uses_streams and fn.stream is not None:  # See Note [Streams]
                 dev, stream = fn.stream
                 with dev.stream_context(stream):
                     inputs = hooks.run_tensor_pre(fn, inputs)
             else:
                 inputs = hooks.run_tensor_pre(fn, inputs)
         for slot, idx in caps or ():
-            gt.captured[idx] = inputs[slot]
+            task.captured[idx] = inputs[slot]
         return None
 
-    def _route(self, gt: GraphTask, fn: Node, outputs: Any, served: ReadyQueue | None) -> tuple | None:
+    def _route(self, task: GraphTask, fn: Node, outputs: Any, served: ReadyQueue | None) -> tuple | None:
         """Send each output gradient to its successor's input buffer; queue the successors
-        that became ready (caller holds gt.lock, or gt is not shared). One dict operation per edge.
+        that became ready (caller holds task.lock, or task is not shared). One dict operation per edge.
 
         ``served``: the queue this thread serves. The highest-priority successor that becomes
         ready bound for it (cpu work of a task this thread drives, or work of this device
@@ -1468,73 +1076,69 @@ class Engine:
             raise RuntimeError(
                 f"{fn.name()} returned {len(outputs)} gradients, but its forward had {len(edges)} inputs"
             )
-        deps = gt.dependencies
-        not_ready = gt.not_ready
-        runnable = gt.runnable
-        cut = gt.cut
-        streams = gt.uses_streams
+        deps = task.dependencies
+        not_ready = task.not_ready
+        runnable = task.runnable
+        cut = task.cut
+        streams = task.uses_streams
         deferred = None  # (node, buffer, its place among equal keys once another is queued, or None)
-        for (nxt, nr), g in zip(edges, outputs):
-            if nxt is None:
+        for (next_node, nr), g in zip(edges, outputs):
+            if next_node is None:
                 continue
-            if runnable is not None and (nxt not in runnable or (cut and (nxt, nr) in cut)):
-                # grad()/backward(inputs=) does not need nxt, or no_grad_vars cut the edge (a
+            if runnable is not None and (next_node not in runnable or (cut and (next_node, nr) in cut)):
+                # grad()/backward(inputs=) does not need next_node, or no_grad_vars cut the edge (a
                 # task with cut edges always has runnable: Note [Needed nodes] in autograd.py)
                 continue
             if streams and g is not None:
-                _sync_streams(fn, nxt, g)
-            count = deps[nxt]
+                _sync_streams(fn, next_node, g)
+            count = deps[next_node]
             if count != 1:
-                deps[nxt] = count - 1
-                buf = not_ready.get(nxt)
+                deps[next_node] = count - 1
+                buf = not_ready.get(next_node)
                 if buf is None:
-                    buf = not_ready[nxt] = [None] * nxt.num_inputs
+                    buf = not_ready[next_node] = [None] * next_node.num_inputs
                 if g is not None:
-                    _buffer_add(buf, nr, g, nxt, streams)
+                    _buffer_add(buf, nr, g, next_node, streams)
                 continue
-            # nxt is ready.
-            del deps[nxt]
-            buf = not_ready.pop(nxt, None) if not_ready else None  # (a chain never has buffers)
-            if buf is None and nxt.num_inputs == 1:
+            # next_node is ready.
+            del deps[next_node]
+            buf = not_ready.pop(next_node, None) if not_ready else None  # (a chain never has buffers)
+            if buf is None and next_node.num_inputs == 1:
                 # A single-input node made ready by its only edge needs no buffer.
                 buf = [g]
                 device = _cpu if g is None else g.device
             else:
                 if buf is None:
-                    buf = [None] * nxt.num_inputs
+                    buf = [None] * next_node.num_inputs
                 if g is not None:
-                    _buffer_add(buf, nr, g, nxt, streams)
+                    _buffer_add(buf, nr, g, next_node, streams)
                 device = _buffer_device(buf)
-            if served is not None and (self._device_queue(device) if device.needs_worker else gt.owner_queue) is served:
+            if served is not None and (self._device_queue(device) if device.needs_worker else task.owner_queue) is served:
                 if deferred is None:
-                    gt.outstanding += 1
-                    deferred = (nxt, buf, None)
+                    task.outstanding += 1
+                    deferred = (next_node, buf, None)
                     continue
-                if nxt.sequence_nr > deferred[0].sequence_nr:
+                if next_node.sequence_nr > deferred[0].sequence_nr:
                     # Keep the higher-priority one back (Note [Continuation]); queue the other,
                     # at its place among equal keys.
-                    self._push(gt, device, deferred[0], deferred[1], deferred[2])
-                    deferred = (nxt, buf, None)
+                    self._push(task, device, deferred[0], deferred[1], deferred[2])
+                    deferred = (next_node, buf, None)
                     continue
             if deferred is not None and deferred[2] is None:
                 # the kept-back successor precedes what is queued after it: its place, taken now
                 deferred = (deferred[0], deferred[1], _next_tie())
-            self._push(gt, device, nxt, buf)
+            self._push(task, device, next_node, buf)
         return deferred
 
-    def _fail(self, gt: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
-        """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``gt.error``
+    def _fail(self, task: GraphTask, e: BaseException, fn: Node | None, claimed: bool = False) -> None:
+        """See Note [Errors]. ``claimed``: the caller already stored ``e`` in ``task.error``
         under the lock (a routing error, claimed before the task's outstanding count drops)."""
-        if not claimed:
-            with gt.lock:
-                if gt.error is not None:
-                    return
-                gt.error = e
+        if not claimed and not task.claim_error(e):
+            return
         try:
-            _add_node_to_message(e, fn, gt.anomaly)
+            _add_node_to_message(e, fn, task.anomaly)
         finally:  # the error is claimed: whatever happens, the owner must learn of it
-            gt.done = True
-            self._wake_owner(gt)
+            task.mark_done()
 
     def _abandon(self, wait_for: GraphTask | None, in_hand: GraphTask | None, e: BaseException) -> None:
         """An exception escaped ``_thread_main``'s loop (outside any node: an interrupt at a
@@ -1546,34 +1150,29 @@ class Engine:
         if wait_for is not None:
             self._fail(wait_for, e, None)
 
-    def _complete(self, gt: GraphTask) -> None:
-        """See Note [Completion]."""
-        if gt.error is not None:
+    def _complete(self, task: GraphTask) -> None:
+        """See Note [Completion] in engine/graph_task.py."""
+        if task.error is not None:
             return
         try:
-            cbs = gt.final_callbacks
+            cbs = task.final_callbacks
             while cbs:  # a callback may queue more callbacks
                 cbs.pop(0)()
         except BaseException as e:  # noqa: BLE001
-            self._fail(gt, e, None)
+            self._fail(task, e, None)
             return
-        if gt.leaf_streams:
-            _sync_caller_streams(gt)
-        gt.done = True
-        self._wake_owner(gt)
-
-    @staticmethod
-    def _wake_owner(gt: GraphTask) -> None:
-        q = gt.owner_queue
-        if tls.local_queue is not q or q.multi:  # (a helper serves q too: Note [Parallel cpu workers])
-            q.push(_WAKE_PRIO, None, None, None)
+        if task.leaf_streams:
+            _sync_caller_streams(task)
+        task.mark_done()
 
 
-def _share(gt: GraphTask) -> None:
-    """Make ``gt`` a parallel task: routed under its lock, but for private steps (Note [Private work])."""
-    gt.shared = True
-    if not gt.uses_streams:
-        gt.single = {n for n, c in gt.dependencies.items() if c == 1}
+
+
+def _share(task: GraphTask) -> None:
+    """Make ``task`` a parallel task: routed under its lock, but for private steps (Note [Private work])."""
+    task.shared = True
+    if not task.uses_streams:
+        task.single = {n for n, c in task.dependencies.items() if c == 1}
 
 
 class _Private(list):
@@ -1591,48 +1190,48 @@ class _Private(list):
 _ABSORBED = (None, None, None)  # _private_step routed every output, and this thread holds nothing to run
 
 
-def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tuple | None:
+def _private_step(task: GraphTask, fn: Node, outputs: Any, private: _Private) -> tuple | None:
     """Route ``fn``'s outputs without the task's lock when each goes to a cpu node that only
     this edge reaches (its dependency count was 1 when the task started), or to a leaf's
     AccumulateGrad: the first kind is ready now and no other thread can ever reach it; a
     leaf's gradients are summed here and handed over later (``_flush_sums``). Of the ready
-    ones the first is returned to run next on this thread and the others go on ``priv``.
+    ones the first is returned to run next on this thread and the others go on ``private``.
     No count, buffer, queue or ``outstanding`` changes. When nothing became ready, returns
-    the top of ``priv``, or ``_ABSORBED`` if it is empty; None when an output cannot be
+    the top of ``private``, or ``_ABSORBED`` if it is empty; None when an output cannot be
     routed so (the locked path routes them all). See Note [Private work]."""
     edges = fn.next_edges
-    if gt.error is not None or len(outputs) != len(edges):
+    if task.error is not None or len(outputs) != len(edges):
         return None
-    runnable, cut, single = gt.runnable, gt.cut, gt.single
+    runnable, cut, single = task.runnable, task.cut, task.single
     ready = []
     leaves = None
     for edge, g in zip(edges, outputs):  # decide for every output before changing anything
-        nxt = edge[0]
-        if nxt is None:
+        next_node = edge[0]
+        if next_node is None:
             continue
-        if runnable is not None and (nxt not in runnable or (cut and edge in cut)):
+        if runnable is not None and (next_node not in runnable or (cut and edge in cut)):
             continue
         if g is not None and g.device.needs_worker:
             return None
-        if nxt in single:  # type: ignore[operator]
-            if nxt.num_inputs == 1:
-                ready.append((nxt, [g], None))
+        if next_node in single:  # type: ignore[operator]
+            if next_node.num_inputs == 1:
+                ready.append((next_node, [g], None))
             else:
-                buf = [None] * nxt.num_inputs
+                buf = [None] * next_node.num_inputs
                 buf[edge[1]] = g
-                ready.append((nxt, buf, None))
-        elif type(nxt) is AccumulateGrad:
+                ready.append((next_node, buf, None))
+        elif type(next_node) is AccumulateGrad:
             if leaves is None:
                 leaves = []
-            leaves.append((nxt, g))
+            leaves.append((next_node, g))
         else:
             return None
     if leaves is not None:
         # A leaf other edges reach too: its count is shared, so sum here (every edge counts, a
         # None gradient too) and hand the sum over once (_flush_sums).
-        sums = priv.sums
+        sums = private.sums
         if sums is None:
-            sums = priv.sums = {}
+            sums = private.sums = {}
         for leaf, g in leaves:
             acc = sums.get(leaf)
             if acc is None:
@@ -1642,12 +1241,12 @@ def _private_step(gt: GraphTask, fn: Node, outputs: Any, priv: _Private) -> tupl
                 if g is not None:
                     _buffer_add(acc, 0, g, leaf, False)
     if not ready:
-        return priv.pop() if priv else _ABSORBED
+        return private.pop() if private else _ABSORBED
     if len(ready) > 1:
         # This thread runs them as the serial schedule would: the highest priority first,
         # equal keys in edge order (a stable sort), the rest from the top of its stack.
         ready.sort(key=_task_priority, reverse=True)
-        priv.extend(ready[:0:-1])
+        private.extend(ready[:0:-1])
     return ready[0]
 
 
@@ -1655,11 +1254,11 @@ def _task_priority(task: tuple) -> int:
     return task[0].sequence_nr
 
 
-def _mask_unneeded(gt: GraphTask, fn: Node, outputs: Any) -> list:
+def _mask_unneeded(task: GraphTask, fn: Node, outputs: Any) -> list:
     """Under grad()/backward(inputs=), torch's built-in formulas compute no gradient for an edge
     the call does not need (should_compute_output), so a node's post-hooks see None there:
     the same outputs, None where the edge leads to a node that will not run (or is cut)."""
-    runnable, cut = gt.runnable, gt.cut
+    runnable, cut = task.runnable, task.cut
     return [None if g is not None and (edge[0] is not None and (edge[0] not in runnable or (cut and edge in cut)))
             else g for g, edge in zip(outputs, fn.next_edges)]
 
@@ -1700,10 +1299,10 @@ def _buffer_add(buf: list, i: int, g: Any, consumer: Node, streams: bool) -> Non
         buf[i] = old + g
 
 
-def _sync_caller_streams(gt: GraphTask) -> None:
+def _sync_caller_streams(task: GraphTask) -> None:
     """Before backward returns, the caller's streams wait for the leaf accumulations."""
-    for dev, stream in set((d, s) for d, s in gt.leaf_streams):
-        caller = gt.caller_streams.get(dev)  # type: ignore[union-attr]
+    for dev, stream in set((d, s) for d, s in task.leaf_streams):
+        caller = task.caller_streams.get(dev)  # type: ignore[union-attr]
         if caller is not None and caller is not stream and caller != stream:
             dev.wait_event(caller, dev.record_event(stream))
 

@@ -57,7 +57,7 @@ import numpy
 
 from .. import engine
 from ..engine._locks import remade_at_fork
-from ..engine._state import tls  # which backward a hook runs in (See Note [DDP buckets])
+from ..engine.autograd import current_graph_task  # which backward a hook runs in (See Note [DDP buckets])
 from ._comm import Work
 
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -259,7 +259,7 @@ class DistributedDataParallel:
             if p.grad is not None:
                 self._used_since_sync[i] = True  # (each hook writes its own slot)
             return
-        task = tls.current_task
+        task = current_graph_task()
         with self._lock:
             r = self._round
             if r is not None and r.task is not task:

@@ -15,7 +15,6 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..engine import executor as _executor
 from ..engine._locks import remade_at_fork
 from ..engine._state import tls
 
@@ -104,20 +103,18 @@ class _Recorder:
         return n
 
     # -- executor hooks (See Note [Profiler hooks] in engine/executor.py) ----------------
-    def run_node(self, run: Callable, gt: Any, node: Any, inputs: list, served: Any,
-                 priv: list | None = None) -> Any:
+    def run_node(self, call: Callable[[], Any], gt: Any, node: Any, device: Any) -> Any:
         if gt.error is not None:  # a failed task's node is dropped, not run: nothing to show
-            return run(gt, node, inputs, served, priv)
+            return call()
         row = self.row()
         name = node.name()
-        device = _executor._buffer_device(inputs) if inputs else _executor._cpu
         queued = self._queued.pop((id(gt), id(node)), None)
         key = id(gt)
         with self._running_cv:
             self._running[key] = self._running.get(key, 0) + 1
         t0 = _now()
         try:
-            return run(gt, node, inputs, served, priv)
+            return call()
         finally:
             t1 = _now()
             try:
