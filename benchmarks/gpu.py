@@ -18,7 +18,9 @@ Workloads:
   forward, backward, parameter update (threadgrad: the device's multi-tensor ``sgd`` of
   devices/_fused.py; torch: ``torch.optim.SGD``, multi-tensor on cuda). Timed from the first op to the device being idle
   again (``synchronize``), so queued GPU work is counted. A control, ``cupy by hand``, makes
-  the same cupy launches with no autograd at all: the floor for an engine over cupy. Two more
+  the same cupy launches with no autograd at all: the floor for an engine over cupy; a second
+  control runs its backward on another thread, handed over each step as the engine hands a
+  GPU backward to the device's worker (the cost of the hand-off alone). Two more
   rows run the step as a torch program writes it (``nn.Sequential``, ``nn.CrossEntropyLoss``,
   ``optim.SGD``, ``zero_grad``), the same code on torch and on threadgrad.
 * **chain**: the engine-overhead chain of benchmarks/engine_overhead.py on the GPU: ``N``
@@ -128,7 +130,8 @@ class CupyByHand:
         bufs: list = [None] * len(params)
         return lambda grads: sgd(params, grads, bufs, lr=lr)
 
-    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[list], None]) -> None:
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[list], None],
+                 run_backward: Callable[[Callable[[], None]], Any] = lambda backward: backward()) -> None:
         k, cp = self.k, self.cp
         inputs, outs = [], []
         h = x
@@ -142,14 +145,53 @@ class CupyByHand:
         if k.class_index_check(y, -100, h.shape[1]):  # the read of the GPU cross_entropy makes
             raise IndexError("target out of range")
         lsm, _loss = k.cross_entropy_forward(h, y, True)
-        g = k.cross_entropy_grad(cp.ones((), h.dtype), lsm, y, True)
-        grads = [None] * len(params)
-        for i in range(len(params) - 2, -1, -2):
-            grads[i] = g.T @ inputs[i // 2]
-            grads[i + 1] = g.sum(axis=0)
-            if i:
-                g = k.relu_grad(g @ params[i], outs[i // 2 - 1])
-        step(grads)
+
+        def backward() -> None:
+            g = k.cross_entropy_grad(cp.ones((), h.dtype), lsm, y, True)
+            grads = [None] * len(params)
+            for i in range(len(params) - 2, -1, -2):
+                grads[i] = g.T @ inputs[i // 2]
+                grads[i + 1] = g.sum(axis=0)
+                if i:
+                    g = k.relu_grad(g @ params[i], outs[i // 2 - 1])
+            step(grads)
+
+        run_backward(backward)
+
+
+class CupyByHandTwoThreads(CupyByHand):
+    """``CupyByHand`` with its backward and update on a second thread, handed over and waited
+    for each step as the engine hands a GPU backward to the device's worker thread: the
+    thread hand-off alone, with no engine. The worker thread makes the GPU current once, as
+    the engine's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = "cupy by hand, backward on a 2nd thread"
+        self._jobs: Any = None
+
+    def _worker(self) -> None:
+        self.device.activate()
+        while True:
+            job, done = self._jobs.get()
+            if job is None:
+                return
+            job()
+            done.put(None)
+
+    def optimizer(self, params: list, lr: float) -> Callable[[list], None]:
+        import queue  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        self._jobs = queue.SimpleQueue()
+        threading.Thread(target=self._worker, daemon=True, name="cupy-by-hand-worker").start()
+        return super().optimizer(params, lr)
+
+    def mlp_step(self, params: list, x: Any, y: Any, step: Callable[[list], None]) -> None:
+        import queue  # noqa: PLC0415
+
+        done: Any = queue.SimpleQueue()
+        super().mlp_step(params, x, y, step, run_backward=lambda backward: (self._jobs.put((backward, done)), done.get()))
 
 
 class ModuleProgram:
@@ -356,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_cuda = torch is not None and torch.cuda.is_available()
     mlp_backends: list = [Ours("cuda")] + ([] if args.gpu_only else [Ours("cpu")])
     if hasattr(devices.get("cuda").kernels, "cross_entropy_forward"):  # (absent in older trees: THREADGRAD_TREE)
-        mlp_backends.append(CupyByHand())
+        mlp_backends += [CupyByHand(), CupyByHandTwoThreads()]
     chain_backends: list = [Ours("cuda")]
     if torch_cuda:
         mlp_backends += [Torch(torch, "cuda")] + ([] if args.gpu_only else [Torch(torch, "cpu")])
