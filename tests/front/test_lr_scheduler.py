@@ -125,7 +125,8 @@ def test_scheduler_errors_match_torch():
                                              "more than the number of milestone points"):
             S.SequentialLR(opt, [S.StepLR(opt, 2), S.StepLR(opt, 3)], milestones=[])
         one = S.OneCycleLR(opt, 1.0, total_steps=2)
-        one.step()
+        with pytest.warns(UserWarning, match="Detected call of `lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`"):
+            one.step()
         with pytest.raises(ValueError, match="Tried to step 3 times. The specified number of total steps is 2"):
             one.step()
             one.step()
