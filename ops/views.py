@@ -46,7 +46,10 @@ the alias joins the graph, the tensor it was detached from does not (torch's rul
 of a leaf that requires grad raises, as in torch; a base whose array has gaps (not C- or
 Fortran-contiguous, which every op output is) makes the op raise. A custom Function's
 ``mark_dirty`` on a view rebases its base the same way (:func:`dirty_base`,
-:func:`rebase_dirty`).
+:func:`rebase_dirty`), and the view then takes its history anew from the rebased base, as
+torch's ``rebase_history``: the Function's node is not the view's grad_fn, and its edge for the
+view is the view's elements of the base as it was before (hooks on the view's old grad_fn do
+not fire; a retain_grad() moves along).
 """
 from __future__ import annotations
 
@@ -236,14 +239,15 @@ def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
     return base, idx
 
 
-def rebase_dirty(node: Node, view: Tensor, base: Tensor, idx: Any) -> None:
-    """The base of a dirty view becomes index_put(old base, the view's positions, the Function's
-    output), as an in-place op on a view does (Note [In-place ops on views])."""
+def rebase_dirty(node: Node, output_nr: int, view: Tensor, base: Tensor, idx: Any) -> None:
+    """The base of a dirty view becomes index_put(old base, the view's positions, output
+    ``output_nr`` of the Function's ``node``), as an in-place op on a view does (Note [In-place
+    ops on views]); the caller then takes the view's history anew (:func:`regenerate`)."""
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
         s = _wrap(t._data, t.device)  # no copy: reshape and index_put save no values, only edges
         s._grad_fn, s._output_nr, s._rg = fn, nr, rg
         return s
 
     old = standin(base, base._grad_fn, base._output_nr, base._rg)
-    new = standin(view, node, view._output_nr, True)
+    new = standin(view, node, output_nr, True)
     rebase(base, old, idx, new)
