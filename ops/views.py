@@ -43,8 +43,9 @@ view itself then takes its history anew from the rebased base (Note [Stale views
 made under no_grad of a base in the graph first takes its history from the base, so the
 change reaches the base's graph. A view of a ``detach()`` alias has the alias as its base:
 the alias joins the graph, the tensor it was detached from does not (torch's rule). A view
-of a leaf that requires grad raises, as in torch; a base whose array has gaps (not C- or
-Fortran-contiguous, which every op output is) makes the op raise. A custom Function's
+of a leaf that requires grad raises, as in torch; a base whose array has gaps (not dense:
+:func:`_dense` accepts any order of dims, as numpy keeps a permuted operand's layout in an op's
+result) makes the op raise. A custom Function's
 ``mark_dirty`` on a view rebases its base the same way (:func:`dirty_base`,
 :func:`rebase_dirty`), and the view then takes its history anew from the rebased base, as
 torch's ``rebase_history``: the Function's node is not the view's grad_fn, and its edge for the
@@ -69,12 +70,26 @@ def _address(a: Any) -> int:
     return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
 
 
+def _dense(r: Any) -> bool:
+    """``r``'s elements fill its memory with no gap, in some order of its dims, with positive
+    strides: C- or F-contiguous, or a permutation of either, as numpy keeps a permuted
+    operand's layout in an elementwise result (``a.permute(1, 2, 0) * 2``; issue 33, item 6)."""
+    if r.flags.c_contiguous or r.flags.f_contiguous:
+        return True
+    expected = r.itemsize
+    for st, n in sorted((st, n) for st, n in zip(r.strides, r.shape) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def view_offset(view: Tensor, base: Tensor) -> int | None:
     """``view``'s first element's offset in ``base``'s memory, in elements; None when the
     layout cannot be read (the base's array has gaps, or the view is not aligned on its
     elements). Cheap: no array is built."""
     r, v = base._data, view._data
-    if not (r.flags.c_contiguous or r.flags.f_contiguous):
+    if not _dense(r):
         return None
     size = r.itemsize
     offset = _address(v) - _address(r)
@@ -92,10 +107,12 @@ def view_index(view: Tensor, base: Tensor) -> Any:
         return None
     r, v = base._data, view._data
     size = r.itemsize
-    # Each element's C-order position, laid out in memory as the base's elements are: the
-    # view's offset and strides then pick its elements' positions.
+    # Each element's C-order position, in the order the base's elements lie in memory: the
+    # dims from the largest stride to the smallest (a dense base: see _dense). The view's
+    # offset and strides then pick its elements' positions.
     logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
-    in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
+    order = sorted(range(r.ndim), key=lambda d: -r.strides[d])
+    in_memory = logical.transpose(order).ravel()
     return numpy.lib.stride_tricks.as_strided(in_memory[start:], v.shape,
                                               tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
 
