@@ -36,7 +36,7 @@ from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
 from ..ops._core import fit
 from ..ops.views import dirty_base, move_retain, rebase_dirty, regenerate
-from .versions import next_generation
+from .versions import generation, next_generation
 
 
 class FunctionCtx(Node):
@@ -304,6 +304,13 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
             ctx.multi_view_outputs = tuple(view_outputs)
         else:
             ctx.custom_view_outputs = tuple(view_outputs)
+        # Those views describe their bases as they are now: stamp this node with the bases'
+        # generation, or an in-place op made on a base before this call would make them look
+        # stale, and the Function's node would be replaced by the base's history (Note [Stale
+        # views] in ops/views.py). One stamp per node: with views of several bases, the oldest.
+        gens = [generation(outs[i]._base) for i in view_outputs if outs[i]._base is not None]
+        if gens and min(gens):
+            ctx._view_gen = min(gens)
     for o in dirty_others:
         next_generation(o)  # its views hold an old graph now (Note [Versions and views])
     for o, i, base, idx in rebased:

@@ -223,12 +223,33 @@ def retain_grad_then_two_dirty_functions(lib):
     return [_obs(y.grad), _obs(x.grad), _obs(s.grad)]
 
 
+# -- found on the way: a view a Function returns, of a base changed in place before ----------
+
+def view_output_of_a_base_changed_before(lib):
+    class View(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.view(-1)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 100
+
+    x = _t(lib, [1.0, 2.0, 3.0], rg=True)
+    y = x * 1
+    y[0:1].mul_(2)
+    out = View.apply(y)
+    name = _name(out.grad_fn)
+    out.sum().backward()
+    return [name, _obs(x.grad)]
+
+
 CASES = [hook_on_the_dirty_view, grad_captured_at_the_dirty_view, grad_captured_at_the_base,
          retain_grad_on_the_view_before, retain_grad_on_the_base_before, hook_on_the_view_before,
          hook_that_adds_on_the_dirty_view, dirty_column_of_a_matrix_with_a_second_input,
          dirty_view_then_backward_from_the_view, node_post_hook_on_the_regenerated_view_node,
          retain_grad_then_dirty_function, retain_grad_and_hook_then_dirty_function,
-         retain_grad_then_two_dirty_functions]
+         retain_grad_then_two_dirty_functions, view_output_of_a_base_changed_before]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
