@@ -35,8 +35,8 @@ from .graph import Node, _next_seq, pack_saved
 from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
 from ..ops._core import fit
-from ..ops.views import dirty_base, rebase_dirty
-from .versions import next_generation
+from ..ops.views import dirty_base, move_retain, rebase_dirty, regenerate
+from .versions import generation, next_generation
 
 
 class FunctionCtx(Node):
@@ -238,22 +238,36 @@ def _alias(t: Tensor) -> Tensor:
 
 def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     """Record ``ctx`` as the grad_fn of the differentiable outputs (PyTorch's _wrap_outputs)."""
-    ctx.sequence_nr = _next_seq()
-    ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
-    ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
     input_args = [a for a in args if isinstance(a, Tensor)]
     input_ids = {id(a) for a in input_args}
     # Check every dirty output before changing any history, so a refused call leaves none half-linked.
-    rebase = []
+    dirty_views = {}  # id of a differentiable dirty view -> (base, its positions in it)
+    dirty_others = []  # the other differentiable dirty outputs
     for o in outs:
         if isinstance(o, Tensor) and id(o) in ctx._dirty:
             differentiable = id(o) not in ctx._non_diff and o.dtype.kind in "fc"
             if differentiable:
                 _check_dirty(o, id(o) in input_ids)
-            rebase.append((o, dirty_base(ctx._fn_cls.__name__, o, differentiable)))
+            base = dirty_base(ctx._fn_cls.__name__, o, differentiable)
+            if differentiable:
+                if base is not None:
+                    dirty_views[id(o)] = base
+                else:
+                    dirty_others.append(o)
+    for o in outs:
+        if id(o) in dirty_views and o._grad_fn is not None and o._base._grad_fn is not None:
+            # torch's CopySlices sends the gradient of the view's elements straight to its base's
+            # history, never through the view's old grad_fn (whose hooks must not fire): so this
+            # node's edge for it is its elements of the base as the base is now, as a built-in
+            # in-place op on a view takes it (_must_record in ops/inplace.py).
+            regenerate(o)
+    ctx.sequence_nr = _next_seq()
+    ctx.next_edges = tuple([gradient_edge(a) for a in args if isinstance(a, Tensor)])  # tensors only, as torch
+    ctx._in_meta = tuple((a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in args)
     out_meta = []
     n_diff = 0
     view_outputs: list = []
+    rebased: list = []
     for i, o in enumerate(outs):
         if not isinstance(o, Tensor):
             out_meta.append(None)
@@ -264,11 +278,21 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
         out_meta.append((o.shape, o.dtype, o.device))
         if given in ctx._non_diff or o.dtype.kind not in "fc":
             continue
+        n_diff += 1
+        if given in dirty_views:
+            # torch's rebase_history: the view's base takes CopySlices over this node's output
+            # i, and the view's history is taken anew on top of the base's (below), so this
+            # node is not the view's grad_fn, and the view's hooks and retain_grad() see only
+            # the gradient of its own later uses (issue 33, item 1).
+            rebased.append((o, i, *dirty_views[given]))
+            continue
+        old_fn, old_nr = o._grad_fn, o._output_nr
         o._grad_fn = ctx
         o._rg = True
         o._output_nr = i
-        n_diff += 1
-        if given not in ctx._dirty and (o._base is not None or any(o._vc is a._vc for a in input_args)):
+        if given in ctx._dirty:
+            move_retain(o, old_fn, old_nr)  # torch's update_tensor_hooks_on_new_gradfn (item 2)
+        elif o._base is not None or any(o._vc is a._vc for a in input_args):
             # A view (of an input or of a temporary) or an input returned as-is: an in-place op
             # on it would override this Function's backward, so it is refused there, as torch
             # refuses it (with the multiple-views message when there are several outputs).
@@ -280,17 +304,21 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
             ctx.multi_view_outputs = tuple(view_outputs)
         else:
             ctx.custom_view_outputs = tuple(view_outputs)
-    gens = []
-    for o, base in rebase:
-        if o._grad_fn is not ctx:
-            continue  # not differentiable: no history changes
-        if base is not None:
-            rebase_dirty(ctx, o, *base)
-        gen = next_generation(o)  # its views (or the other views of its base) now hold an old graph
-        if base is not None:
-            gens.append(gen)  # o itself is up to date
-    if gens:
-        ctx._view_gen = min(gens)  # the dirty views are up to date; min: views of several bases
+        # Those views describe their bases as they are now: stamp this node with the bases'
+        # generation, or an in-place op made on a base before this call would make them look
+        # stale, and the Function's node would be replaced by the base's history (Note [Stale
+        # views] in ops/views.py). One stamp per node: with views of several bases, the oldest.
+        gens = [generation(outs[i]._base) for i in view_outputs if outs[i]._base is not None]
+        if gens and min(gens):
+            ctx._view_gen = min(gens)
+    for o in dirty_others:
+        next_generation(o)  # its views hold an old graph now (Note [Versions and views])
+    for o, i, base, idx in rebased:
+        # As a built-in in-place op on a view does (ops/inplace.py's _adopt): rebase the base,
+        # start a new generation, then give the view its history anew from the rebased base.
+        rebase_dirty(ctx, i, o, base, idx)
+        next_generation(o)
+        regenerate(o)
     ctx._out_meta = tuple(out_meta)
     ctx.num_inputs = len(outs)
     for o in outs:

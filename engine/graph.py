@@ -245,6 +245,7 @@ class SavedOutput:
     the node (alive, since it is the node doing the unpacking)."""
 
     __slots__ = ("_data", "_vc", "output_nr", "device")
+    _ext = None  # read by the unpack fast paths as a saved Tensor's is: Note [Detached saved tensors]
 
     def __init__(self, t: "Tensor") -> None:
         self._data = t._data
@@ -311,6 +312,24 @@ FREED_MESSAGE = (
     "have already been freed). Saved intermediate values of the graph are freed when you call .backward() "
     "or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time "
     "or if you need to access saved tensors after calling backward."
+)
+
+
+# Note [Detached saved tensors]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A node saves an input as the tensor itself (torch's saved original), so a later in-place
+# ``detach_()`` takes away the grad_fn the unpacked tensor would carry into a double backward.
+# torch refuses to unpack such a tensor ("Trying to use a saved tensor that has been detached
+# in-place", SavedVariable::unpack), whether or not the backward differentiates again, and so
+# does threadgrad: ``detach_()`` of a tensor with a grad_fn stamps it with the next sequence
+# number (``_ext.detached_at``), and a node made before that stamp that unpacks it raises. A
+# node's own output is saved as data (SavedOutput) and unpacks with the node as its grad_fn,
+# so it is unaffected, as in torch; a node made after the detach_() saved a leaf, and is too.
+# The unpack fast paths test only ``_ext is None`` (a SavedOutput's is a class attribute);
+# anything else takes the general path, which checks the stamp.
+DETACHED_MESSAGE = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This is not supported, "
+    "please use out-of-place `.detach()` instead"
 )
 
 
@@ -478,7 +497,7 @@ class Node:
             e = saved[0]
             te = type(e)
             if te is _Tensor or te is _WrappedNumber:
-                if e._vc[0] == self._saved_ver[0]:
+                if e._vc[0] == self._saved_ver[0] and e._ext is None:
                     return (e,)
             elif te is SavedOutput and e._vc[0] == self._saved_ver[0]:
                 t = _wrap(e._data, e.device)
@@ -502,6 +521,9 @@ class Node:
                 continue
             if e._vc[0] != v:
                 raise _modified_error(self, e, v)
+            ext = e._ext
+            if ext is not None and ext.detached_at > self.sequence_nr:
+                raise RuntimeError(DETACHED_MESSAGE)  # See Note [Detached saved tensors]
             out.append(e)
         return tuple(out)
 
@@ -517,16 +539,16 @@ class Node:
             n = len(saved)
             if n == 1:
                 e = saved[0]
-                if e is not None and type(e) is not SavedHooked and e._vc[0] == vers[0]:
+                if e is not None and type(e) is not SavedHooked and e._vc[0] == vers[0] and e._ext is None:
                     return (e._data,)
             elif n == 2:
                 a, b = saved
-                if ((a is None or (type(a) is not SavedHooked and a._vc[0] == vers[0]))
-                        and (b is None or (type(b) is not SavedHooked and b._vc[0] == vers[1]))):
+                if ((a is None or (type(a) is not SavedHooked and a._vc[0] == vers[0] and a._ext is None))
+                        and (b is None or (type(b) is not SavedHooked and b._vc[0] == vers[1] and b._ext is None))):
                     return (None if a is None else a._data, None if b is None else b._data)
             else:
                 for e, v in zip(saved, vers):
-                    if e is not None and (type(e) is SavedHooked or e._vc[0] != v):
+                    if e is not None and (type(e) is SavedHooked or e._vc[0] != v or e._ext is not None):
                         break
                 else:
                     return tuple([None if e is None else e._data for e in saved])

@@ -41,7 +41,7 @@ class _TensorExt:
     """Rarely used per-tensor state, allocated on first use so plain tensors stay small."""
 
     __slots__ = ("hooks", "post_acc", "retains_grad", "generation", "view_gen", "no_grad_view", "view_meta",
-                 "__weakref__")
+                 "detached_at", "__weakref__")
 
     def __init__(self) -> None:
         self.hooks: NodeHooks | None = None  # leaf tensor hooks; shared with its AccumulateGrad
@@ -56,6 +56,9 @@ class _TensorExt:
         # views a function returned) or "custom" (of a view a custom Function returned), as
         # torch's creation meta passes to views of views. Set by versions.make_view.
         self.view_meta: str | None = None
+        # See Note [Detached saved tensors] in graph.py: the sequence number current when
+        # detach_() took this tensor's grad_fn away (0: never).
+        self.detached_at = 0
 
 
 def to_device(spec: Any) -> Device:
@@ -398,6 +401,8 @@ class Tensor:
         (torch's ``detach_``). A view cannot be detached in place."""
         if self._base is not None:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        if self._grad_fn is not None:
+            self._ext_obj().detached_at = _graph._next_seq()  # See Note [Detached saved tensors] in graph.py
         self._grad_fn = None
         self._rg = False
         self._output_nr = 0

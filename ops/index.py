@@ -295,6 +295,7 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
 
 class IndexPutBackward0(Node):
     __slots__ = ("index", "accumulate", "v_shape", "v_dtype")
+    whole = False  # a write to every element (fill_, zero_, copy_): see the classes below
 
     def backward(self, g: Tensor) -> tuple:
         ex, ev = self.next_edges
@@ -303,12 +304,16 @@ class IndexPutBackward0(Node):
         if ex[0] is not None:
             if self.accumulate:
                 gx = g
-            else:  # the overwritten places get nothing
-                mask = g.device.xp.ones(g.shape, dtype=g.dtype)
-                mask[index] = 0
-                from .elementwise import mul
-
-                gx = mul(g, const(mask, g))
+            elif self.whole:
+                # torch's fill_/zero_/copy_: zeros_like(grad), made fresh, outside the graph
+                gx = const(g.device.xp.zeros(g.shape, dtype=g.dtype), g)
+            else:
+                # The overwritten places get fresh zeros, as torch's grad.index_put(indices,
+                # zeros) writes them: a mask multiplied in would turn an inf or NaN there into
+                # NaN (issue 33, item 3). Under create_graph it is recorded as index_put of g,
+                # so the rest of the gradient stays differentiable.
+                zero = const(g.device.xp.zeros((), dtype=g.dtype), g)
+                gx = put(g, index, zero, copy_slices=type(self) is CopySlices)
         if ev[0] is not None:
             gv = fit(getitem(g, index), self.v_shape, self.v_dtype)
         return (gx, gv)
@@ -337,18 +342,22 @@ class CopySlices(IndexPutBackward0):
 # Whole-tensor writes carry torch's node names (the gradient is index_put's either way).
 class FillBackward2(IndexPutBackward0):  # fill_(number)
     __slots__ = ()
+    whole = True
 
 
 class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
     __slots__ = ()
+    whole = True
 
 
 class ZeroBackward0(IndexPutBackward0):  # zero_()
     __slots__ = ()
+    whole = True
 
 
 class CopyBackwards(IndexPutBackward0):  # copy_(src), x[:] = tensor
     __slots__ = ()
+    whole = True
 
 
 def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_slices: bool = False,

@@ -118,14 +118,23 @@ def _must_record(self: Tensor, others: tuple, name: str) -> bool:
         # the graph through CopySlices, as torch's (the "fill a preallocated buffer" pattern).
         # Refused: a view made under no_grad of a base in the graph that could not take its
         # history anew, and a base whose array layout cannot be read.
-        if (self._grad_fn is None and root._grad_fn is not None) or view_offset(self, root) is None:
+        no_history = self._grad_fn is None and root._grad_fn is not None
+        if no_history or view_offset(self, root) is None:
+            # Name the one cause that applies (issue 33, item 6: a base's layout was blamed on
+            # "a tensor outside the graph").
+            why = ("the view was taken under no_grad of a tensor in the graph" if no_history else
+                   f"its base's array has gaps: strides {_strides(root)} for shape {list(root.shape)}")
             raise RuntimeError(
-                f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd (the "
-                f"view was taken of a tensor outside the graph, or its base's array has gaps): the base's graph "
-                f"would miss the change. Use the out-of-place form, clone() the view first, or run it under "
-                f"engine.no_grad()."
+                f"{name}: an in-place op on this view of another tensor cannot be recorded for autograd ({why}): "
+                f"the base's graph would miss the change. Use the out-of-place form, clone() the view first, or "
+                f"run it under engine.no_grad()."
             )
     return True
+
+
+def _strides(t: Tensor) -> list:
+    """``t``'s array's strides in elements, for messages."""
+    return [st // t._data.itemsize for st in t._data.strides]
 
 
 def _snapshot(self: Tensor) -> Tensor:

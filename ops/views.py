@@ -43,10 +43,14 @@ view itself then takes its history anew from the rebased base (Note [Stale views
 made under no_grad of a base in the graph first takes its history from the base, so the
 change reaches the base's graph. A view of a ``detach()`` alias has the alias as its base:
 the alias joins the graph, the tensor it was detached from does not (torch's rule). A view
-of a leaf that requires grad raises, as in torch; a base whose array has gaps (not C- or
-Fortran-contiguous, which every op output is) makes the op raise. A custom Function's
+of a leaf that requires grad raises, as in torch; a base whose array has gaps (not dense:
+:func:`_dense` accepts any order of dims, as numpy keeps a permuted operand's layout in an op's
+result) makes the op raise. A custom Function's
 ``mark_dirty`` on a view rebases its base the same way (:func:`dirty_base`,
-:func:`rebase_dirty`).
+:func:`rebase_dirty`), and the view then takes its history anew from the rebased base, as
+torch's ``rebase_history``: the Function's node is not the view's grad_fn, and its edge for the
+view is the view's elements of the base as it was before (hooks on the view's old grad_fn do
+not fire; a retain_grad() moves along).
 """
 from __future__ import annotations
 
@@ -66,12 +70,26 @@ def _address(a: Any) -> int:
     return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]  # cupy / numpy
 
 
+def _dense(r: Any) -> bool:
+    """``r``'s elements fill its memory with no gap, in some order of its dims, with positive
+    strides: C- or F-contiguous, or a permutation of either, as numpy keeps a permuted
+    operand's layout in an elementwise result (``a.permute(1, 2, 0) * 2``; issue 33, item 6)."""
+    if r.flags.c_contiguous or r.flags.f_contiguous:
+        return True
+    expected = r.itemsize
+    for st, n in sorted((st, n) for st, n in zip(r.strides, r.shape) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def view_offset(view: Tensor, base: Tensor) -> int | None:
     """``view``'s first element's offset in ``base``'s memory, in elements; None when the
     layout cannot be read (the base's array has gaps, or the view is not aligned on its
     elements). Cheap: no array is built."""
     r, v = base._data, view._data
-    if not (r.flags.c_contiguous or r.flags.f_contiguous):
+    if not _dense(r):
         return None
     size = r.itemsize
     offset = _address(v) - _address(r)
@@ -89,10 +107,12 @@ def view_index(view: Tensor, base: Tensor) -> Any:
         return None
     r, v = base._data, view._data
     size = r.itemsize
-    # Each element's C-order position, laid out in memory as the base's elements are: the
-    # view's offset and strides then pick its elements' positions.
+    # Each element's C-order position, in the order the base's elements lie in memory: the
+    # dims from the largest stride to the smallest (a dense base: see _dense). The view's
+    # offset and strides then pick its elements' positions.
     logical = numpy.arange(r.size, dtype=numpy.int64).reshape(r.shape)
-    in_memory = (logical if r.flags.c_contiguous else numpy.asfortranarray(logical)).ravel(order="K")
+    order = sorted(range(r.ndim), key=lambda d: -r.strides[d])
+    in_memory = logical.transpose(order).ravel()
     return numpy.lib.stride_tricks.as_strided(in_memory[start:], v.shape,
                                               tuple(st // size * in_memory.itemsize for st in v.strides)).copy()
 
@@ -236,14 +256,15 @@ def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
     return base, idx
 
 
-def rebase_dirty(node: Node, view: Tensor, base: Tensor, idx: Any) -> None:
-    """The base of a dirty view becomes index_put(old base, the view's positions, the Function's
-    output), as an in-place op on a view does (Note [In-place ops on views])."""
+def rebase_dirty(node: Node, output_nr: int, view: Tensor, base: Tensor, idx: Any) -> None:
+    """The base of a dirty view becomes index_put(old base, the view's positions, output
+    ``output_nr`` of the Function's ``node``), as an in-place op on a view does (Note [In-place
+    ops on views]); the caller then takes the view's history anew (:func:`regenerate`)."""
     def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
         s = _wrap(t._data, t.device)  # no copy: reshape and index_put save no values, only edges
         s._grad_fn, s._output_nr, s._rg = fn, nr, rg
         return s
 
     old = standin(base, base._grad_fn, base._output_nr, base._rg)
-    new = standin(view, node, view._output_nr, True)
+    new = standin(view, node, output_nr, True)
     rebase(base, old, idx, new)

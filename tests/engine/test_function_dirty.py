@@ -45,7 +45,8 @@ def test_mark_dirty_on_a_view_rebases_the_base_and_uses_the_custom_backward():
     v = a[1:3]
     version = a.version
     out = Double.apply(v)
-    assert out is v and v.grad_fn.name() == "DoubleBackward"
+    # torch's rebase_history: the view's history is taken anew on top of its base's CopySlices
+    assert out is v and v.grad_fn.name() == "AsStridedBackward0"
     assert a.grad_fn.name() == "CopySlices"
     assert a.tolist() == [1.0, 4.0, 6.0, 4.0] and a.version == version + 1
     (through_view,) = engine.grad((out * engine.tensor([10.0, 100.0])).sum(), x, retain_graph=True)

@@ -996,3 +996,19 @@ def test_unused_output():
     expected = np.zeros((10, 10))
     expected[:2] = arr(grad_output)
     assert_equal(x.grad, expected)
+
+
+def test_saved_variable_saved_original_inplace_detach():
+    """Port of test_autograd.py TestAutograd.test_saved_variable_saved_original_inplace_detach."""
+    # Detaching a tensor that is saved input raises
+    a = engine.tensor(1.0, requires_grad=True).clone()
+    b = ops.sin(a)
+    a.detach_()
+    with pytest.raises(RuntimeError, match="Trying to use a saved tensor that has been detached"):
+        b.backward()
+
+    # Detaching a tensor that is saved as output is OK
+    a = engine.tensor(1.0, requires_grad=True).clone()
+    b = ops.exp(a)
+    a.detach_()
+    b.backward()
