@@ -223,12 +223,21 @@ def contiguous(input: Tensor) -> Tensor:  # noqa: A002
     return input
 
 
+def _format(self: Tensor, spec: str) -> str:
+    """``format(t, ".2f")``: a 0-d tensor formats as its number, as torch's ``Tensor.__format__``."""
+    if self.ndim == 0:
+        return format(self.item(), spec)
+    if spec:
+        raise TypeError("unsupported format string passed to Tensor.__format__")
+    return str(self)
+
+
 def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
     from .ops._methods import install
 
     install({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
-             "contiguous": lambda self, memory_format=None: contiguous(self)})
+             "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format})
 
 
 _bind_methods()
