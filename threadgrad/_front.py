@@ -223,6 +223,16 @@ def contiguous(input: Tensor) -> Tensor:  # noqa: A002
     return input
 
 
+def set_default_device(device: Any) -> None:
+    """``torch.set_default_device``, for the one default threadgrad has: ``"cpu"`` (or None)
+    is accepted and changes nothing; any other device raises NotImplementedError, since
+    creation functions always default to cpu here (the tutorials call it with "cpu" when no
+    accelerator is present)."""
+    if device is not None and to_device(device) is not devices.cpu:
+        raise NotImplementedError(f"set_default_device({device!r}): threadgrad's creation functions default to cpu "
+                                  f"only; pass device= to each instead")
+
+
 def _format(self: Tensor, spec: str) -> str:
     """``format(t, ".2f")``: a 0-d tensor formats as its number, as torch's ``Tensor.__format__``."""
     if self.ndim == 0:
