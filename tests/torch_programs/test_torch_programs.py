@@ -1,0 +1,77 @@
+"""The ports in examples/torch_programs (issue 32, item 7), each a public torch program with
+its import line changed, run twice: with threadgrad standing in for torch (a module alias
+that adds no names), and, where torch is installed, torch on the same program, threadgrad
+replaying torch's random draws and initial weights (program_standin.py); the loss of every
+step must agree to float32 rounding. Loops are shortened by rewriting one literal (the
+``replace`` column) so that each run takes about a second."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from program_standin import Tape, run_program
+
+import threadgrad as tg
+
+# name, literal rewrites that shorten the run, argv, steps expected (0: it has no backward),
+# rtol of the whole trajectory against torch (the first 20 steps: 1e-6)
+PROGRAMS = [
+    ("regression", (("if loss < 1e-3:", "if loss < 1e-3 or batch_idx == 150:"),), (), 150, 2e-5),
+    ("vae", (), ("--epochs", "1", "--log-interval", "100", "--batch-size", "256"), 6, 1e-5),
+    ("lpwe_tensor", (("range(2000)", "range(300)"),), (), 0, 1e-5),
+    ("lpwe_autograd", (("range(2000)", "range(300)"),), (), 300, 1e-5),
+    ("lpwe_custom_function", (("range(2000)", "range(300)"),), (), 300, 1e-5),
+    ("lpwe_nn", (("range(2000)", "range(300)"),), (), 300, 1e-5),
+    ("lpwe_optim", (("range(2000)", "range(300)"),), (), 300, 1e-5),
+    ("lpwe_module", (("range(2000)", "range(300)"),), (), 300, 1e-5),
+    # float32 sums of 2000 terms up to x^5 with momentum: rounding (1e-7 at first) grows to 3e-5
+    ("lpwe_dynamic_net", (("range(30000)", "range(300)"),), (), 300, 5e-5),
+]
+IDS = [p[0] for p in PROGRAMS]
+
+
+def _printed_losses(stdout: str) -> list:
+    """The ``print(t, loss)`` lines of the tutorials' loops."""
+    rows = [line.split() for line in stdout.splitlines()]
+    return [float(r[1]) for r in rows if len(r) == 2 and r[0].isdigit()]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the VAE writes results/*.png
+
+
+@pytest.mark.parametrize("name,replace,argv,steps,rtol", PROGRAMS, ids=IDS)
+def test_runs_on_threadgrad_and_learns(name, replace, argv, steps, rtol):
+    """Plain threadgrad, its own random numbers: the program runs to its end, takes the
+    expected number of steps, and the loss falls."""
+    run = run_program(name, tg, None, None, replace, argv)
+    losses = run.losses or _printed_losses(run.stdout)
+    if steps:
+        assert len(run.losses) == steps
+    assert all(math.isfinite(v) for v in losses)
+    k = max(1, len(losses) // 10)
+    assert np.mean(losses[-k:]) < 0.9 * np.mean(losses[:k])
+
+
+@pytest.mark.parametrize("name,replace,argv,steps,rtol", PROGRAMS, ids=IDS)
+def test_computes_what_torch_computes(name, replace, argv, steps, rtol):
+    """torch runs the program and records its draws; threadgrad replays them: every step's
+    loss (or, for the hand-written-gradient tutorial, every printed loss) and every printed
+    number agree to float32 rounding, and threadgrad draws exactly what torch drew."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    tape = Tape()
+    expected = run_program(name, torch, "record", tape, replace, argv)
+    got = run_program(name, tg, "replay", tape, replace, argv)
+    assert tape.position == len(tape.items), "threadgrad drew fewer random numbers than torch"
+    if steps:
+        assert len(got.losses) == len(expected.losses) == steps
+        np.testing.assert_allclose(got.losses[:20], expected.losses[:20], rtol=1e-6)  # float32
+        np.testing.assert_allclose(got.losses, expected.losses, rtol=rtol)
+    printed_expected, printed_got = _printed_losses(expected.stdout), _printed_losses(got.stdout)
+    assert len(printed_got) == len(printed_expected)
+    np.testing.assert_allclose(printed_got, printed_expected, rtol=rtol)
+    if not steps:
+        assert printed_got, "the run printed no losses"
