@@ -29,6 +29,14 @@ PROGRAMS = [
     # summation orders differ by 3e-7 at the first step, 5e-6 by the tenth, 3e-5 by the 300th
     ("lpwe_dynamic_net", (("range(30000)", "range(300)"),), (), 300, 5e-5),
 ]
+# the char GPT's hyperparameters, made CPU-test-sized (its model code is untouched); dropout
+# draws masks from each library's own generator, so it is off where runs are compared
+GPT_SMALL = (("batch_size = 64", "batch_size = 4"), ("block_size = 256", "block_size = 16"),
+             ("max_iters = 5000", "max_iters = 30"), ("eval_interval = 500", "eval_interval = 10"),
+             ("eval_iters = 200", "eval_iters = 2"), ("n_embd = 384", "n_embd = 32"), ("n_head = 6", "n_head = 4"),
+             ("n_layer = 6", "n_layer = 2"), ("learning_rate = 3e-4", "learning_rate = 1e-2"),
+             ("dropout = 0.2", "dropout = 0.0"), ("max_new_tokens=500", "max_new_tokens=20"))
+PROGRAMS.append(("char_gpt", GPT_SMALL, (), 30, 1e-5))
 IDS = [p[0] for p in PROGRAMS]
 
 
