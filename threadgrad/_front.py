@@ -242,12 +242,39 @@ def _format(self: Tensor, spec: str) -> str:
     return str(self)
 
 
+def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    """``input == other`` elementwise (a bool tensor), as ``torch.eq``; also ``ne``, ``lt``, ``le``,
+    ``gt``, ``ge``."""
+    return input == other
+
+
+def ne(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input != other
+
+
+def lt(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input < other
+
+
+def le(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input <= other
+
+
+def gt(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input > other
+
+
+def ge(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input >= other
+
+
 def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
     from .ops._methods import install
 
     install({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
-             "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format})
+             "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
+             "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge})
 
 
 _bind_methods()

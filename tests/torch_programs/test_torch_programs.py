@@ -37,6 +37,9 @@ GPT_SMALL = (("batch_size = 64", "batch_size = 4"), ("block_size = 256", "block_
              ("n_layer = 6", "n_layer = 2"), ("learning_rate = 3e-4", "learning_rate = 1e-2"),
              ("dropout = 0.2", "dropout = 0.0"), ("max_new_tokens=500", "max_new_tokens=20"))
 PROGRAMS.append(("char_gpt", GPT_SMALL, (), 30, 1e-5))
+# two layers, each trained for --epochs steps with its own Adam
+PROGRAMS.append(("mnist_forward_forward", (), ("--epochs", "10", "--train_size", "100", "--test_size", "50",
+                                               "--log-interval", "5"), 20, 1e-5))
 IDS = [p[0] for p in PROGRAMS]
 
 
