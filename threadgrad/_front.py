@@ -124,8 +124,23 @@ def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device:
     >>> tg.linspace(0, 1, 5).tolist()
     [0.0, 0.25, 0.5, 0.75, 1.0]
     """
-    data = numpy.linspace(start, end, int(steps), dtype=numpy.float64).astype(to_dtype(dtype) or numpy.float32)
-    return creation.tensor(data, device=to_device(device), requires_grad=requires_grad)
+    dt = numpy.dtype(to_dtype(dtype) or numpy.float32)
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
+    # torch's kernel, to the bit: the step in the dtype's own arithmetic (double for integer
+    # dtypes), the first half counted up from start and the rest down from end, each value one
+    # fused multiply-add (emulated: the product is exact in the wider type, then rounded once).
+    work = numpy.float64 if dt.kind in "iub" else dt.type
+    wide = numpy.longdouble if work is numpy.float64 else numpy.float64
+    if dt.kind in "iub":  # torch converts the ends to the integer dtype first
+        start, end = dt.type(start), dt.type(end)
+    first, last = work(start), work(end)
+    step = wide((last - first) / work(max(steps - 1, 1)))
+    i = numpy.arange(steps)
+    data = numpy.where(i < max(steps // 2, 1), wide(first) + step * i.astype(wide),
+                       wide(last) - step * (steps - 1 - i).astype(wide)).astype(work)
+    return creation.tensor(data.astype(dt), device=to_device(device), requires_grad=requires_grad)
 
 
 def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002 - torch's names
