@@ -41,6 +41,7 @@ PROGRAMS.append(("char_gpt", GPT_SMALL, (), 30, 1e-5))
 PROGRAMS.append(("mnist_forward_forward", (), ("--epochs", "10", "--train_size", "100", "--test_size", "50",
                                                "--log-interval", "5"), 20, 1e-5))
 IDS = [p[0] for p in PROGRAMS]
+NEEDS_SKLEARN = {"vae", "mnist_forward_forward"}  # their data is scikit-learn's digits (the examples extra)
 
 
 def _printed_losses(stdout: str) -> list:
@@ -58,6 +59,8 @@ def _in_tmp(tmp_path, monkeypatch):
 def test_runs_on_threadgrad_and_learns(name, replace, argv, steps, rtol):
     """Plain threadgrad, its own random numbers: the program runs to its end, takes the
     expected number of steps, and the loss falls."""
+    if name in NEEDS_SKLEARN:
+        pytest.importorskip("sklearn")
     run = run_program(name, tg, None, None, replace, argv)
     losses = run.losses or _printed_losses(run.stdout)
     if steps:
@@ -73,6 +76,8 @@ def test_computes_what_torch_computes(name, replace, argv, steps, rtol):
     loss (or, for the hand-written-gradient tutorial, every printed loss) and every printed
     number agree to float32 rounding, and threadgrad draws exactly what torch drew."""
     torch = pytest.importorskip("torch")
+    if name in NEEDS_SKLEARN:
+        pytest.importorskip("sklearn")
     torch.manual_seed(0)
     tape = Tape()
     expected = run_program(name, torch, "record", tape, replace, argv)
