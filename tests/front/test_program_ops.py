@@ -1,5 +1,5 @@
 """The small front-door functions the ported torch programs needed (threadgrad/_front.py:
-``linspace``, ``mm``, ``tril``/``triu``, ``masked_fill``, ``multinomial``, ``contiguous``,
+``linspace``, ``mm``, ``tril``/``triu``, ``masked_fill``, ``multinomial``, ``topk``, ``contiguous``,
 comparisons, ``set_default_device``, ``tg.accelerator``, formatting a 0-d tensor), against
 torch where it is installed."""
 from __future__ import annotations
@@ -94,3 +94,19 @@ def test_comparisons_format_contiguous_and_devices():
         tg.set_default_device("virtual:1")
     assert tg.accelerator.is_available() == tg.cuda.is_available()
     assert (tg.accelerator.current_accelerator() is None) == (not tg.cuda.is_available())
+
+
+@pytest.mark.parametrize("dim,largest", [(-1, True), (0, False), (1, True)])
+def test_topk_matches_torch_with_gradients(dim, largest):
+    torch = _torch()
+    x = np.random.default_rng(6).standard_normal((4, 6))
+    ours, theirs = tg.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got, ref = ours.topk(3, dim=dim, largest=largest), torch.topk(theirs, 3, dim=dim, largest=largest)
+    np.testing.assert_array_equal(got.values.detach().numpy(), ref.values.detach().numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), ref.indices.numpy())
+    w = np.random.default_rng(7).standard_normal(tuple(ref.values.shape))
+    (got[0] * tg.tensor(w)).sum().backward()
+    (ref[0] * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(ours.grad.numpy(), theirs.grad.numpy())
+    with pytest.raises(RuntimeError, match="k out of range"):
+        tg.topk(tg.ones(3), 4)

@@ -183,19 +183,29 @@ def _install(backend: types.ModuleType, mode: str | None, tape: Tape) -> dict:
     return {(f"{PACKAGE}.{sub}" if sub else PACKAGE): module for sub, module in modules.items()}
 
 
-def run_program(name: str, backend: types.ModuleType, mode: str | None = None, tape: Tape | None = None,
-                replace: tuple = (), argv: tuple = ()) -> Run:
-    """Run examples/torch_programs/``name``.py as ``__main__`` with ``backend`` (the threadgrad
-    or torch module) standing in for its ``threadgrad`` imports; ``replace`` rewrites literal
-    text first (to shorten a loop), ``argv`` are its command-line arguments; ``mode`` is
-    None (plain), "record" or "replay" with ``tape``."""
-    path = PROGRAMS / f"{name}.py"
+def _rewritten(path: Path, replace: tuple) -> str:
+    """``path``'s source with its threadgrad imports pointed at the stand-in and the literal
+    rewrites applied (each must occur in the program or in one of its sibling modules)."""
     source = path.read_text()
     for old, new in replace:
-        assert old in source, f"{old!r} is not in {path.name}"
         source = source.replace(old, new)
     source, n = re.subn(r"^(\s*)(import|from)(\s+)threadgrad\b", rf"\1\2\3{PACKAGE}", source, flags=re.M)
     assert n, f"{path.name} does not import threadgrad"
+    return source
+
+
+def run_program(name: str, backend: types.ModuleType, mode: str | None = None, tape: Tape | None = None,
+                replace: tuple = (), argv: tuple = (), modules: tuple = ()) -> Run:
+    """Run examples/torch_programs/``name``.py as ``__main__`` with ``backend`` (the threadgrad
+    or torch module) standing in for its ``threadgrad`` imports; ``replace`` rewrites literal
+    text first (to shorten a loop), ``argv`` are its command-line arguments; ``mode`` is
+    None (plain), "record" or "replay" with ``tape``. ``modules`` names sibling ports the
+    program imports (``from nanogpt_model import GPT``): each is loaded the same way, its
+    import lines rewritten, under its own name for the run."""
+    path = PROGRAMS / f"{name}.py"
+    for old, _ in replace:
+        assert any(old in (PROGRAMS / f"{m}.py").read_text() for m in (name, *modules)), f"{old!r} is not in {name}"
+    source = _rewritten(path, replace)
     tape = tape if tape is not None else Tape()
     losses: list = []
     original_backward = backend.Tensor.backward
@@ -213,7 +223,10 @@ def run_program(name: str, backend: types.ModuleType, mode: str | None = None, t
         finally:
             inside.pop()
 
+    siblings = modules
     modules = _install(backend, mode, tape)
+    for sibling in siblings:
+        modules[sibling] = types.ModuleType(sibling)
     saved = {k: sys.modules.get(k) for k in modules}
     saved_argv = sys.argv
     namespace = {"__name__": "__main__", "__file__": str(path)}
@@ -221,6 +234,10 @@ def run_program(name: str, backend: types.ModuleType, mode: str | None = None, t
     random.seed(0)
     try:
         sys.modules.update(modules)
+        for sibling in siblings:
+            sibling_path = PROGRAMS / f"{sibling}.py"
+            modules[sibling].__file__ = str(sibling_path)
+            exec(compile(_rewritten(sibling_path, replace), str(sibling_path), "exec"), modules[sibling].__dict__)
         sys.argv = [str(path), *argv]
         backend.Tensor.backward = backward
         with contextlib.redirect_stdout(out):

@@ -40,7 +40,15 @@ PROGRAMS.append(("char_gpt", GPT_SMALL, (), 30, 1e-5))
 # two layers, each trained for --epochs steps with its own Adam
 PROGRAMS.append(("mnist_forward_forward", (), ("--epochs", "10", "--train_size", "100", "--test_size", "50",
                                                "--log-interval", "5"), 20, 1e-5))
+NANOGPT_SMALL = (("batch_size = 64", "batch_size = 4"), ("block_size = 256", "block_size = 16"),
+                 ("max_iters = 5000", "max_iters = 19"), ("lr_decay_iters = 5000", "lr_decay_iters = 20"),
+                 ("warmup_iters = 100", "warmup_iters = 5"), ("eval_interval = 250", "eval_interval = 10"),
+                 ("eval_iters = 200", "eval_iters = 2"), ("n_embd = 384", "n_embd = 32"), ("n_head = 6", "n_head = 4"),
+                 ("n_layer = 6", "n_layer = 2"), ("dropout = 0.2", "dropout = 0.0"),
+                 ("max_new_tokens = 500", "max_new_tokens = 20"), ("learning_rate = 1e-3 #", "learning_rate = 1e-2 #"))
+PROGRAMS.append(("nanogpt_train_char", NANOGPT_SMALL, (), 20, 1e-5))
 IDS = [p[0] for p in PROGRAMS]
+SIBLINGS = {"nanogpt_train_char": ("nanogpt_model",)}  # modules a program imports from its folder
 NEEDS_SKLEARN = {"vae", "mnist_forward_forward"}  # their data is scikit-learn's digits (the examples extra)
 
 
@@ -61,7 +69,7 @@ def test_runs_on_threadgrad_and_learns(name, replace, argv, steps, rtol):
     expected number of steps, and the loss falls."""
     if name in NEEDS_SKLEARN:
         pytest.importorskip("sklearn")
-    run = run_program(name, tg, None, None, replace, argv)
+    run = run_program(name, tg, None, None, replace, argv, SIBLINGS.get(name, ()))
     losses = run.losses or _printed_losses(run.stdout)
     if steps:
         assert len(run.losses) == steps
@@ -80,8 +88,8 @@ def test_computes_what_torch_computes(name, replace, argv, steps, rtol):
         pytest.importorskip("sklearn")
     torch.manual_seed(0)
     tape = Tape()
-    expected = run_program(name, torch, "record", tape, replace, argv)
-    got = run_program(name, tg, "replay", tape, replace, argv)
+    expected = run_program(name, torch, "record", tape, replace, argv, SIBLINGS.get(name, ()))
+    got = run_program(name, tg, "replay", tape, replace, argv, SIBLINGS.get(name, ()))
     assert tape.position == len(tape.items), "threadgrad drew fewer random numbers than torch"
     if steps:
         assert len(got.losses) == len(expected.losses) == steps
