@@ -223,21 +223,21 @@ def run_program(name: str, backend: types.ModuleType, mode: str | None = None, t
         finally:
             inside.pop()
 
-    siblings = modules
-    modules = _install(backend, mode, tape)
+    siblings = modules  # the sibling ports, loaded below
+    installed = _install(backend, mode, tape)
     for sibling in siblings:
-        modules[sibling] = types.ModuleType(sibling)
-    saved = {k: sys.modules.get(k) for k in modules}
+        installed[sibling] = types.ModuleType(sibling)
+    saved = {k: sys.modules.get(k) for k in installed}
     saved_argv = sys.argv
     namespace = {"__name__": "__main__", "__file__": str(path)}
     out = io.StringIO()
     random.seed(0)
     try:
-        sys.modules.update(modules)
+        sys.modules.update(installed)
         for sibling in siblings:
             sibling_path = PROGRAMS / f"{sibling}.py"
-            modules[sibling].__file__ = str(sibling_path)
-            exec(compile(_rewritten(sibling_path, replace), str(sibling_path), "exec"), modules[sibling].__dict__)
+            installed[sibling].__file__ = str(sibling_path)
+            exec(compile(_rewritten(sibling_path, replace), str(sibling_path), "exec"), installed[sibling].__dict__)
         sys.argv = [str(path), *argv]
         backend.Tensor.backward = backward
         with contextlib.redirect_stdout(out):
