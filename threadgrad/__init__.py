@@ -81,11 +81,12 @@ from .engine import (Function, Tensor, arange, empty, empty_like, enable_grad, f
 from .engine.creation import get_rng_state, set_rng_state  # noqa: E402
 from .ops import *  # noqa: E402,F401,F403 - every op, flat, as torch.X
 from .ops import __all__ as _op_names  # noqa: E402
-from ._front import (as_tensor, device, from_numpy, is_floating_point, is_tensor, numel, rand_like, randint,  # noqa: E402
-                     randn_like, randperm)
+from ._front import (as_tensor, contiguous, device, eq, from_numpy, ge, gt, is_floating_point, is_tensor,  # noqa: E402
+                     le, linspace, lt, masked_fill, mm, multinomial, ne, numel, rand_like, randint, randn_like,
+                     randperm, set_default_device, topk, tril, triu)
 from .serialization import load, save  # noqa: E402
 from ._generator import Generator  # noqa: E402
-from . import autograd, cuda, nn, optim, utils  # noqa: E402
+from . import accelerator, autograd, cuda, nn, optim, utils  # noqa: E402
 from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
 from . import distributed  # noqa: E402 - data parallel over MPI (mpi4py loads at init_process_group)
 from .utils import checkpoint as _utils_checkpoint  # noqa: E402,F401 - makes tg.utils.checkpoint an attribute
@@ -105,10 +106,10 @@ complex128 = _np.complex128
 
 clip = clamp  # noqa: F405 - torch's alias
 
-__all__ = (["__version__", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
+__all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
             "Tensor", "Function", "Device", "device", "Generator", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
             "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "rand_like", "randn_like",
-            "randint", "randperm", "arange", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
+            "randint", "randperm", "arange", "linspace", "mm", "tril", "triu", "masked_fill", "multinomial", "contiguous", "set_default_device", "topk", "eq", "ne", "lt", "le", "gt", "ge", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
             "is_grad_enabled", "is_tensor", "is_floating_point", "numel", "save", "load", "clip",
             "float16", "half", "float32", "float", "float64", "double", "int8", "uint8", "int16", "short", "int32",
             "int", "int64", "long", "bool", "complex64", "complex128"]

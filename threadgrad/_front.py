@@ -108,3 +108,214 @@ def randperm(n: int, *, dtype: Any = None, device: Any = None, requires_grad: bo
     perm = numpy.argsort(creation.random_array("uniform", (int(n),), "float64"), kind="stable")
     return creation.tensor(perm.astype(to_dtype(dtype) or numpy.int64), device=to_device(device),
                            requires_grad=requires_grad)
+
+
+# --- ops a torch program reaches for that compose from existing ones ---------------------------
+# Found porting the programs of examples/torch_programs (issue 32, item 7). Each is a
+# composition of registered ops (so gradients, double backward and devices come from them) or,
+# for the non-differentiable ones, a creation function; a fused operator may replace one later.
+
+def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    """``steps`` evenly spaced numbers from ``start`` to ``end`` inclusive, as ``torch.linspace``
+    (float32 unless ``dtype``).
+
+    >>> import threadgrad as tg
+    >>> tg.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    dt = numpy.dtype(to_dtype(dtype) or numpy.float32)
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
+    # torch's kernel, to the bit: the step in the dtype's own arithmetic (double for integer
+    # dtypes), the first half counted up from start and the rest down from end, each value one
+    # fused multiply-add (emulated: the product is exact in the wider type, then rounded once).
+    work = numpy.float64 if dt.kind in "iub" else dt.type
+    wide = numpy.longdouble if work is numpy.float64 else numpy.float64
+    if dt.kind in "iub":  # torch converts the ends to the integer dtype first
+        start, end = dt.type(start), dt.type(end)
+    first, last = work(start), work(end)
+    step = wide((last - first) / work(max(steps - 1, 1)))
+    i = numpy.arange(steps)
+    data = numpy.where(i < max(steps // 2, 1), wide(first) + step * i.astype(wide),
+                       wide(last) - step * (steps - 1 - i).astype(wide)).astype(work)
+    return creation.tensor(data.astype(dt), device=to_device(device), requires_grad=requires_grad)
+
+
+def mm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002 - torch's names
+    """The matrix product of two 2-d tensors, as ``torch.mm`` (``matmul`` restricted to 2-d)."""
+    from .ops import matmul
+
+    if input.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"mm(): self must be a matrix and mat2 must be a matrix, got {input.ndim}-d "
+                           f"{tuple(input.shape)} and {mat2.ndim}-d {tuple(mat2.shape)}")
+    return matmul(input, mat2)
+
+
+def _band_mask(x: Tensor, diagonal: int, lower: bool) -> Tensor:
+    if x.ndim < 2:
+        raise RuntimeError(f"{'tril' if lower else 'triu'}: input tensor must have at least 2 dimensions, "
+                           f"got {x.ndim}-d {tuple(x.shape)}")
+    rows, cols = x.shape[-2], x.shape[-1]
+    keep = numpy.arange(cols)[None, :] - numpy.arange(rows)[:, None]
+    keep = keep <= diagonal if lower else keep >= diagonal
+    return creation.tensor(keep, device=x.device)
+
+
+def tril(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
+    """``input`` with the elements above the ``diagonal``-th diagonal of its last two dims
+    zeroed, as ``torch.tril`` (a ``where`` over a band mask, differentiable).
+
+    >>> import threadgrad as tg
+    >>> tg.tril(tg.ones(3, 3)).tolist()
+    [[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]
+    """
+    from .ops import where
+
+    return where(_band_mask(input, diagonal, True), input, creation.zeros((), dtype=input.dtype, device=input.device))
+
+
+def triu(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
+    """``input`` with the elements below the ``diagonal``-th diagonal zeroed, as ``torch.triu``."""
+    from .ops import where
+
+    return where(_band_mask(input, diagonal, False), input, creation.zeros((), dtype=input.dtype, device=input.device))
+
+
+def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:  # noqa: A002
+    """``input`` with ``value`` where the boolean ``mask`` (broadcast to it) is true, as
+    ``torch.masked_fill`` (out of place; a ``where``, so the gradient is zero where filled).
+
+    >>> import threadgrad as tg
+    >>> tg.masked_fill(tg.zeros(3), tg.tensor([True, False, True]), -1.0).tolist()
+    [-1.0, 0.0, -1.0]
+    """
+    from .ops import where
+
+    if mask.dtype != numpy.bool_:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype}")
+    fill = value if isinstance(value, Tensor) else creation.tensor(value, dtype=input.dtype, device=input.device)
+    return where(mask, fill, input)
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:  # noqa: A002
+    """Indices drawn from the rows of ``input`` (non-negative weights, 1-d or 2-d), as
+    ``torch.multinomial`` (int64, from ``generator`` or the one ``manual_seed`` seeds). Without
+    ``replacement`` an index is drawn at most once per row. Not the numbers torch draws.
+
+    >>> import threadgrad as tg
+    >>> tg.multinomial(tg.tensor([0.0, 1.0, 0.0]), 1).tolist()
+    [1]
+    """
+    probs = numpy.asarray(input.detach().cpu().numpy(), dtype=numpy.float64)
+    rows = probs.reshape(-1, probs.shape[-1]) if probs.ndim else probs.reshape(1, 1)
+    if probs.ndim not in (1, 2) or (rows < 0).any() or not numpy.isfinite(rows).all():
+        raise RuntimeError("multinomial(): prob_dist must be a 1 or 2 dim tensor of finite, non-negative weights, "
+                           f"got shape {tuple(input.shape)}")
+    if not replacement and num_samples > rows.shape[1]:
+        raise RuntimeError("multinomial(): cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    out = numpy.empty((rows.shape[0], int(num_samples)), dtype=numpy.int64)
+    for r, row in enumerate(rows):
+        p = row.copy()
+        for s in range(int(num_samples)):
+            if p.sum() <= 0:
+                raise RuntimeError("multinomial(): invalid multinomial distribution (sum of probabilities <= 0)")
+            u = (generator._draw("uniform", (1,)) if generator is not None
+                 else creation.random_array("uniform", (1,), "float64"))[0]
+            k = min(int(numpy.searchsorted(numpy.cumsum(p / p.sum()), u, side="right")), p.shape[0] - 1)
+            while p[k] == 0:  # u landed on a zero-width bin's edge: take the next one with weight
+                k = (k + 1) % p.shape[0]
+            out[r, s] = k
+            if not replacement:
+                p[k] = 0.0
+    return creation.tensor(out.reshape(probs.shape[:-1] + (int(num_samples),)), device=input.device)
+
+
+def contiguous(input: Tensor) -> Tensor:  # noqa: A002
+    """``input`` itself: threadgrad's reshape copies where a view cannot be made, so a tensor
+    is always usable where torch wants a contiguous one (``x.transpose(1, 2).contiguous().view(...)``)."""
+    return input
+
+
+def set_default_device(device: Any) -> None:
+    """``torch.set_default_device``, for the one default threadgrad has: ``"cpu"`` (or None)
+    is accepted and changes nothing; any other device raises NotImplementedError, since
+    creation functions always default to cpu here (the tutorials call it with "cpu" when no
+    accelerator is present)."""
+    if device is not None and to_device(device) is not devices.cpu:
+        raise NotImplementedError(f"set_default_device({device!r}): threadgrad's creation functions default to cpu "
+                                  f"only; pass device= to each instead")
+
+
+def _format(self: Tensor, spec: str) -> str:
+    """``format(t, ".2f")``: a 0-d tensor formats as its number, as torch's ``Tensor.__format__``."""
+    if self.ndim == 0:
+        return format(self.item(), spec)
+    if spec:
+        raise TypeError("unsupported format string passed to Tensor.__format__")
+    return str(self)
+
+
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
+    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, as
+    ``torch.topk``: a named tuple ``(values, indices)``. The indices come from a stable numpy
+    sort (ties keep the lower index); the values are a ``gather`` of ``input``, so they carry
+    its gradient.
+
+    >>> import threadgrad as tg
+    >>> tg.topk(tg.tensor([1.0, 3.0, 2.0]), 2).values.tolist()
+    [3.0, 2.0]
+    """
+    from collections import namedtuple
+
+    from .ops import gather
+    from .ops._core import normalize_dim
+
+    d = normalize_dim(dim, max(input.ndim, 1), "topk")
+    size = input.shape[d] if input.ndim else 1
+    if not 0 <= k <= size:
+        raise RuntimeError(f"topk(): selected index k out of range: k={k} for dim {dim} of size {size}")
+    data = numpy.asarray(input.detach().cpu().numpy())
+    order = numpy.argsort(-data if largest else data, axis=d, kind="stable")
+    indices = creation.tensor(numpy.take(order, numpy.arange(k), axis=d).astype(numpy.int64), device=input.device)
+    result = namedtuple("topk", ["values", "indices"])
+    return result(gather(input, d, indices), indices)
+
+
+def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    """``input == other`` elementwise (a bool tensor), as ``torch.eq``; also ``ne``, ``lt``, ``le``,
+    ``gt``, ``ge``."""
+    return input == other
+
+
+def ne(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input != other
+
+
+def lt(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input < other
+
+
+def le(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input <= other
+
+
+def gt(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input > other
+
+
+def ge(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+    return input >= other
+
+
+def _bind_methods() -> None:
+    """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
+    from .ops._methods import install
+
+    install({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
+             "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
+             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge})
+
+
+_bind_methods()

@@ -1,0 +1,59 @@
+"""\"Learning PyTorch with Examples\": PyTorch: nn, ported to threadgrad.
+
+Original: pytorch/tutorials, ``beginner_source/examples_nn/polynomial_nn.py`` (BSD-3-Clause):
+the cubic as ``nn.Sequential(nn.Linear(3, 1), nn.Flatten(0, 1))`` with
+``MSELoss(reduction='sum')``, ``model.zero_grad()`` and a step over ``model.parameters()``.
+
+Changed from the original: the import line only (``torch`` -> ``threadgrad``).
+tests/torch_programs runs it against torch.
+"""
+import threadgrad as torch
+import math
+
+
+# Create Tensors to hold input and outputs.
+x = torch.linspace(-math.pi, math.pi, 2000)
+y = torch.sin(x)
+
+# For this example, the output y is a linear function of (x, x^2, x^3), so
+# we can consider it as a linear layer neural network. Let's prepare the
+# tensor (x, x^2, x^3).
+p = torch.tensor([1, 2, 3])
+xx = x.unsqueeze(-1).pow(p)
+
+# Use the nn package to define our model as a sequence of layers.
+model = torch.nn.Sequential(
+    torch.nn.Linear(3, 1),
+    torch.nn.Flatten(0, 1)
+)
+
+loss_fn = torch.nn.MSELoss(reduction='sum')
+
+learning_rate = 1e-6
+for t in range(2000):
+
+    # Forward pass: compute predicted y by passing x to the model.
+    y_pred = model(xx)
+
+    # Compute and print loss.
+    loss = loss_fn(y_pred, y)
+    if t % 100 == 99:
+        print(t, loss.item())
+
+    # Zero the gradients before running the backward pass.
+    model.zero_grad()
+
+    # Backward pass: compute gradient of the loss with respect to all the learnable
+    # parameters of the model.
+    loss.backward()
+
+    # Update the weights using gradient descent.
+    with torch.no_grad():
+        for param in model.parameters():
+            param -= learning_rate * param.grad
+
+# You can access the first layer of `model` like accessing the first item of a list
+linear_layer = model[0]
+
+# For linear layer, its parameters are stored as `weight` and `bias`.
+print(f'Result: y = {linear_layer.bias.item()} + {linear_layer.weight[:, 0].item()} x + {linear_layer.weight[:, 1].item()} x^2 + {linear_layer.weight[:, 2].item()} x^3')
