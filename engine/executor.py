@@ -508,15 +508,19 @@ class Engine:
 
     def set_cpu_workers(self, n: int) -> int:
         """Set ``cpu_workers``; return the previous value. Backward calls already running keep
-        the mode they started in; threads beyond ``n`` retire after their current node, and
-        when none of them is inside a node this returns once they have ended (so
-        ``worker_threads()`` no longer lists them)."""
+        the mode they started in; threads beyond ``n`` retire after their current node. Called
+        outside any backward, it returns once they have ended (so ``worker_threads()`` no
+        longer lists them), after the node a helper may still be running for another thread's
+        backward; inside a backward (a hook), only once no helper runs a node."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"set_cpu_workers: n must be an int >= 0, got {n!r}")
         with self._lock:
-            prev = self._helpers.n
-            retired = self._helpers.resize(n)
+            helpers = self._helpers
+            prev = helpers.n
+            retired = helpers.resize(n)
             _blas.limit_for_workers(n)  # See Note [BLAS threads and cpu workers] in _blas.py
+        if tls.current_task is None:  # (inside a backward, a helper's node may wait for this thread)
+            retired += helpers.wait_retired()
         for t in retired:
             t.join()  # (it has left the list and returns at once)
         return prev

@@ -71,6 +71,19 @@ class _CpuHelpers:
                 self._cv.wait()
             return [t for t in before if t not in self.threads]
 
+    def wait_retired(self) -> list[threading.Thread]:
+        """Wait until no more than ``n`` helpers are listed, busy ones included, and return
+        those that left meanwhile. Only for a thread that drives no backward (so no helper's
+        node can be waiting for it) and holds none of the engine's locks (a busy helper may
+        need them before it gets back here): Engine.set_cpu_workers calls it that way, after
+        resize. A helper finishing its last node of a backward that has just returned is
+        still busy for a moment (the free-threaded build showed it)."""
+        with self._cv:
+            before = list(self.threads)
+            while len(self.threads) > self.n and not self.stopping:
+                self._cv.wait()
+            return [t for t in before if t not in self.threads]
+
     def ensure(self) -> None:
         """Start threads up to ``n`` (a parallel backward is starting)."""
         with self._cv:
