@@ -112,7 +112,7 @@ def _lbfgs_problem(lib, line_search):
         loss.backward()
         return loss
 
-    losses = [float(opt.step(closure)) for _ in range(4)]
+    losses = [float(opt.step(closure).detach()) for _ in range(4)]  # (a loss that requires grad: torch warns on float())
     return losses, w.detach().numpy(), c.detach().numpy(), opt.state[w]
 
 
