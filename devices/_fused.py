@@ -424,6 +424,18 @@ def _typed_source(source: str, ctype: str, name: str) -> str:
             + source.replace("NAME", name))
 
 
+def _tensor_record(dtype: numpy.dtype, chunk: list, pointers: Sequence[str]) -> Any:
+    """A zeroed struct of ``dtype`` (made by :func:`_struct_dtype`) with each tensor of
+    ``chunk`` (``(i, addresses, numel)`` from ``_multi_tensor_groups``) filled in: its
+    addresses under ``pointers``, in order, and its size."""
+    r = numpy.zeros((), dtype)
+    k = len(chunk)
+    for j, field in enumerate(pointers):
+        r[field][:k] = [w[j] for _, w, _ in chunk]
+    r["numel"][:k] = [size for _, _, size in chunk]
+    return r
+
+
 def _cupy_address(a: Any) -> tuple:
     memory = a.data  # cupy's MemoryPointer: the address and the GPU it is on
     return memory.ptr, memory.device_id
@@ -687,11 +699,7 @@ class Fused(_Table):
             for c in range(0, len(items), _SLOTS):
                 chunk = items[c:c + _SLOTS]
                 k = len(chunk)
-                r = numpy.zeros((), _SGD_STRUCT)
-                r["param"][:k] = [w[0] for _, w, _ in chunk]
-                r["grad"][:k] = [w[1] for _, w, _ in chunk]
-                r["buf"][:k] = [w[2] for _, w, _ in chunk]
-                r["numel"][:k] = [size for _, _, size in chunk]
+                r = _tensor_record(_SGD_STRUCT, chunk, ("param", "grad", "buf"))
                 r["first"][:k] = [first[i] for i, _, _ in chunk]
                 r["f_lr"], r["f_wd"], r["f_momentum"], r["f_dampening"] = lr, weight_decay, momentum, dampening
                 r["nesterov"], r["maximize"] = nesterov, maximize
@@ -723,10 +731,7 @@ class Fused(_Table):
             for c in range(0, len(items), _SLOTS):
                 chunk = items[c:c + _SLOTS]
                 k = len(chunk)
-                r = numpy.zeros((), _ADAM_STRUCT)
-                for j, field in enumerate(("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")):
-                    r[field][:k] = [w[j] for _, w, _ in chunk]
-                r["numel"][:k] = [size for _, _, size in chunk]
+                r = _tensor_record(_ADAM_STRUCT, chunk, ("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"))
                 r["f_bc1"][:k] = [1 - beta1 ** steps[i] for i, _, _ in chunk]
                 r["f_bc2_sqrt"][:k] = [math.sqrt(1 - beta2 ** steps[i]) for i, _, _ in chunk]
                 r["f_lr"], r["f_beta1"], r["f_beta2"], r["f_eps"], r["f_wd"] = lr, beta1, beta2, eps, weight_decay
@@ -772,9 +777,7 @@ class Fused(_Table):
             for c in range(0, len(items), _SLOTS):
                 chunk = items[c:c + _SLOTS]
                 k = len(chunk)
-                r = numpy.zeros((), _NORM_STRUCT)
-                r["grad"][:k] = [w[0] for _, w, _ in chunk]
-                r["numel"][:k] = [size for _, _, size in chunk]
+                r = _tensor_record(_NORM_STRUCT, chunk, ("grad",))
                 r["out"], r["kind"] = self._address(partial)[0], kind
                 self._multi["norm_partial", dtype]((blocks, k), (_THREADS,), (r[()],))
                 self._multi["norm_finish", dtype]((k,), (_THREADS,), (partial, blocks, kind, norms[c:c + k]))
@@ -792,9 +795,7 @@ class Fused(_Table):
         for c in range(0, len(items), _SLOTS):
             chunk = items[c:c + _SLOTS]
             k = len(chunk)
-            r = numpy.zeros((), _NORM_STRUCT)
-            r["grad"][:k] = [w[0] for _, w, _ in chunk]
-            r["numel"][:k] = [size for _, _, size in chunk]
+            r = _tensor_record(_NORM_STRUCT, chunk, ("grad",))
             r["out"] = address
             self._launch_multi("scale", dtype, device, r, k, max(size for _, _, size in chunk))
 

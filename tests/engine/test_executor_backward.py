@@ -419,50 +419,43 @@ def _reference_order(root: engine.Tensor) -> list:
     return order
 
 
+def _random_dag_run_order(seed: int, device: str) -> tuple[list, list]:
+    """Random DAGs of unary and binary ops on ``device``: the nodes in the order they ran, and
+    in the reference priority schedule's order."""
+    rng = np.random.default_rng(seed)
+    x = engine.tensor([0.3, -0.2], device=device, requires_grad=True)
+    pool = [x, x * 2.0]
+    for _ in range(40):
+        a = pool[rng.integers(len(pool))]
+        if rng.random() < 0.5:
+            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * 1.5)
+        else:
+            pool.append(a + pool[rng.integers(len(pool))])
+    y = ops.sum(ops.stack(pool[-6:]))
+    ran = []
+    for node in _reference_order(y):
+        if node.name() != "AccumulateGrad":
+            node.register_prehook(lambda g, node=node: ran.append(node))
+    expected = [n for n in _reference_order(y) if n.name() != "AccumulateGrad"]
+    y.backward()
+    return ran, expected
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_run_order_is_the_priority_schedule_on_random_graphs(seed: int) -> None:
     """The continuation shortcut (Note [Continuation]) keeps the exact priority order:
     random DAGs of unary and binary ops run their nodes in the reference schedule's order."""
-    rng = np.random.default_rng(seed)
-    x = engine.tensor([0.3, -0.2], requires_grad=True)
-    pool = [x, x * 2.0]
-    for _ in range(40):
-        a = pool[rng.integers(len(pool))]
-        if rng.random() < 0.5:
-            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * 1.5)
-        else:
-            pool.append(a + pool[rng.integers(len(pool))])
-    y = ops.sum(ops.stack(pool[-6:]))
-    ran = []
-    for node in _reference_order(y):
-        if node.name() != "AccumulateGrad":
-            node.register_prehook(lambda g, node=node: ran.append(node))
-    expected = [n for n in _reference_order(y) if n.name() != "AccumulateGrad"]
-    y.backward()
+    ran, expected = _random_dag_run_order(seed, "cpu")
     assert [n.name() for n in ran] == [n.name() for n in expected]
     assert ran == expected
 
 
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("seed", range(4))
 def test_run_order_is_the_priority_schedule_on_a_device_worker(seed: int) -> None:
     """The same on a device worker, which keeps its own device's successors back too (Note
     [Continuation]): random DAGs on ``virtual:1`` run their nodes in the reference order."""
-    rng = np.random.default_rng(100 + seed)
-    x = engine.tensor([0.3, -0.2], device="virtual:1", requires_grad=True)
-    pool = [x, x * 2.0]
-    for _ in range(40):
-        a = pool[rng.integers(len(pool))]
-        if rng.random() < 0.5:
-            pool.append(ops.tanh(a) if rng.random() < 0.5 else a * 1.5)
-        else:
-            pool.append(a + pool[rng.integers(len(pool))])
-    y = ops.sum(ops.stack(pool[-6:]))
-    ran = []
-    for node in _reference_order(y):
-        if node.name() != "AccumulateGrad":
-            node.register_prehook(lambda g, node=node: ran.append(node))
-    expected = [n for n in _reference_order(y) if n.name() != "AccumulateGrad"]
-    y.backward()
+    ran, expected = _random_dag_run_order(100 + seed, "virtual:1")
     assert ran == expected
 
 
