@@ -56,6 +56,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy
 
+from ._special import erf_array
+
 __all__ = ["PLAIN", "Fused", "for_array_module", "plain_sgd", "plain_adam"]
 
 _SQRT1_2 = 1 / math.sqrt(2)
@@ -90,6 +92,17 @@ def _div_grad_b(g: Any, a: Any, b: Any) -> Any:
 
 def _log_softmax_grad(g: Any, y: Any, dim: Optional[int], xp: Any) -> Any:
     return g - xp.exp(y) * g.sum(axis=dim, keepdims=True)
+
+
+def _erf(x: Any) -> Any:
+    return erf_array(x, numpy)
+
+
+def _gelu(x: Any, approximate: str) -> Any:
+    # gelu's forward: x * Phi(x), exact (erf) or in its tanh form
+    if approximate == "tanh":
+        return 0.5 * x * (1 + numpy.tanh(_TANH_K * (x + _TANH_C * x * x * x)))
+    return 0.5 * x * (1 + erf_array(x * _SQRT1_2, numpy))
 
 
 def _class_index_check(t: Any, ignore_index: int, n_classes: int) -> int:
@@ -174,6 +187,8 @@ class _Table:
     relu_grad = staticmethod(_relu_grad)                # relu's backward from its output y
     log_softmax_grad = staticmethod(_log_softmax_grad)  # log_softmax's backward from its output y
     class_index_check = staticmethod(_class_index_check)
+    erf = staticmethod(_erf)                            # erf's forward (devices/_special.py)
+    gelu = staticmethod(_gelu)                          # gelu's forward, exact or tanh
     mul = staticmethod(operator.mul)                    # mul's backward: g times the other operand
     div_grad_b = staticmethod(_div_grad_b)              # div's backward for b: -(g * a / b^2)
     sgd = staticmethod(plain_sgd)
@@ -475,6 +490,11 @@ class Fused(_Table):
                            "threadgrad_class_index_check")
         self._dot = rk("T g, T y", "T s", "g * y", "a + b", "s = a", "0", "threadgrad_softmax_dot")
         self._softmax = ek("T g, T y, T s", "T z", "z = y * (g - s)", "threadgrad_softmax_backward")
+        self._erf = ek("T x", "T z", "z = erf(x)", "threadgrad_erf")
+        self._gelu_forward = ek("T x", "T z", f"z = (T)0.5 * x * ((T)1 + erf(x * (T){_SQRT1_2!r}))", "threadgrad_gelu")
+        self._gelu_tanh_forward = ek(
+            "T x", "T z", f"z = (T)0.5 * x * ((T)1 + tanh((T){_TANH_K!r} * (x + (T){_TANH_C!r} * x * x * x)))",
+            "threadgrad_gelu_tanh")
         self._gelu = ek(
             "T g, T x", "T z",
             f"T cdf = (T)0.5 * ((T)1 + erf(x * (T){_SQRT1_2!r}));"
@@ -537,6 +557,19 @@ class Fused(_Table):
         else:
             self._address = lambda a: (a.ctypes.data, 0)
             self._on_device = lambda index: contextlib.nullcontext()
+
+    def erf(self, x: Any) -> Any:  # type: ignore[override]
+        """CUDA's ``erf`` in one kernel (float16 through float32)."""
+        if x.dtype.char in "fd":
+            return self._erf(x)
+        return self._erf(x.astype(numpy.float32)).astype(x.dtype)
+
+    def gelu(self, x: Any, approximate: str) -> Any:  # type: ignore[override]
+        """gelu's forward in one kernel (float16 through float32)."""
+        kernel = self._gelu_tanh_forward if approximate == "tanh" else self._gelu_forward
+        if x.dtype.char in "fd":
+            return kernel(x)
+        return kernel(x.astype(numpy.float32)).astype(x.dtype)
 
     def tanh_grad(self, g: Any, y: Any) -> Any:  # type: ignore[override]
         if g.dtype == y.dtype and g.dtype.char in "fd":

@@ -594,7 +594,5 @@ class ErfBackward0(Node):
 @register
 def erf(x: Tensor) -> Tensor:
     """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt`` (used by exact gelu)."""
-    from ._special import erf_array
-
     data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "erf")
-    return unary_result(x, erf_array(data, x.device.xp), ErfBackward0, x)
+    return unary_result(x, x.device.kernels.erf(data), ErfBackward0, x)

@@ -50,6 +50,22 @@ def test_elementwise_kernel_equals_plain(name, dtype):
     close(out, getattr(_fused.PLAIN, name)(g, y), dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float16] + DTYPES)
+@pytest.mark.parametrize("name", ["erf", "gelu", "gelu_tanh"])
+def test_erf_and_gelu_forward_kernels_equal_plain(name, dtype):
+    x = rand(3, (129, 65), dtype, -5, 5)
+    x[0, :4] = cupy.asarray([0.0, -0.0, np.inf, -np.inf], dtype)
+    x[1, 0] = np.nan
+    fn = {"erf": K.erf, "gelu": lambda a: K.gelu(a, "none"), "gelu_tanh": lambda a: K.gelu(a, "tanh")}[name]
+    plain = {"erf": _fused.PLAIN.erf, "gelu": lambda a: _fused.PLAIN.gelu(a, "none"),
+             "gelu_tanh": lambda a: _fused.PLAIN.gelu(a, "tanh")}[name]
+    out = fn(x)
+    assert out.dtype == dtype and out.shape == x.shape
+    want = plain(cupy.asnumpy(x))  # the plain formula on numpy: the cpu's values
+    tol = dict(rtol=2e-3, atol=1e-3) if dtype == np.float16 else {k: v * 2 for k, v in TOL[dtype].items()}
+    np.testing.assert_allclose(cupy.asnumpy(out), want, **tol)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mul_and_div_kernels_equal_plain(dtype):
     g, a, b = rand(12, (99, 7), dtype), rand(13, (99, 7), dtype), rand(14, (7,), dtype, 0.5, 2)

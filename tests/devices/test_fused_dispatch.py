@@ -81,6 +81,9 @@ def _sim(name):
         "threadgrad_log_softmax_backward": lambda g, y, s: g - np.exp(y) * s,
         "threadgrad_softmax_dot": lambda g, y, axis=None, keepdims=False: (g * y).sum(axis=axis, keepdims=keepdims),
         "threadgrad_softmax_backward": lambda g, y, s: y * (g - s),
+        "threadgrad_erf": _erf,
+        "threadgrad_gelu": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+        "threadgrad_gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
         "threadgrad_gelu_backward": gelu,
         "threadgrad_gelu_tanh_backward": gelu_tanh,
         "threadgrad_softplus_backward": lambda g, x, b, th: np.where(x * b > th, g, g / (1 + np.exp(-x * b))),
@@ -102,8 +105,11 @@ class _Kernel:
     def __call__(self, *args, **kw):
         self.launches.append(self.name)
         out = self.fn(*args, **kw)
-        return None if out is None else np.asarray(out).astype(args[0].dtype if "backward" in self.name or
-                                                               self.name == "threadgrad_mul" else out.dtype, copy=False)
+        same_dtype = "backward" in self.name or self.name in _SAME_DTYPE
+        return None if out is None else np.asarray(out).astype(args[0].dtype if same_dtype else out.dtype, copy=False)
+
+
+_SAME_DTYPE = ("threadgrad_mul", "threadgrad_erf", "threadgrad_gelu", "threadgrad_gelu_tanh")
 
 
 def _memory(address, n, dtype):
@@ -266,6 +272,28 @@ def test_cuda_launches_the_fused_kernel_and_matches_cpu(kcuda, name, dtype):
     want = _grads(devices.cpu, fn, x)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(got[0], want[0], **tol)
+
+
+FORWARDS = {
+    "erf": (ops.erf, "threadgrad_erf"),
+    "gelu": (ops.gelu, "threadgrad_gelu"),
+    "gelu_tanh": (lambda x: ops.gelu(x, approximate="tanh"), "threadgrad_gelu_tanh"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORWARDS))
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_cuda_runs_erf_and_gelu_forwards_as_one_kernel_and_matches_cpu(kcuda, name, dtype):
+    fn, kernel = FORWARDS[name]
+    x = np.random.default_rng(1).uniform(-4, 4, (4, 6)).astype(dtype)
+    kcuda.xp.launches.clear()
+    got = fn(engine.tensor(x, device=kcuda))
+    assert kcuda.xp.launches == [kernel]
+    want = fn(engine.tensor(x))
+    assert got.dtype == want.dtype == engine.tensor(x).dtype
+    tol = {np.float16: dict(rtol=2e-3, atol=1e-3), np.float32: dict(rtol=3e-7, atol=1e-7),
+           np.float64: dict(rtol=1e-13, atol=1e-16)}[dtype]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
 
 
 def test_double_backward_on_cuda_records_ops_not_kernels(kcuda):

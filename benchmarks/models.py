@@ -1,0 +1,205 @@
+"""Training steps of real models, threadgrad beside torch on the same device, one run.
+
+One model code serves both libraries: ``gpt(lib, ...)`` builds a character-level GPT (nanoGPT's
+block: pre-LayerNorm, causal self-attention through ``masked_fill`` on a ``tril`` mask and
+``softmax``, a GELU MLP, weight tying) from ``lib.nn`` with ``lib`` either ``torch`` or
+``threadgrad``, so the two run the same ops. threadgrad's model starts from torch's initial
+weights (through ``state_dict``), and the first losses of the two are compared, so a wrong
+result shows up as a warning here, not as a speed.
+
+A step is ``zero_grad(set_to_none=True)``, forward, ``F.cross_entropy``, ``backward()``,
+``clip_grad_norm_(1.0)``, ``AdamW.step()``; ``--steps`` steps, then one device synchronize, are
+one sample; samples of the backends interleave. Medians of ``--repeats`` samples after one
+warm-up sample. The mnist CNN of issue 32's item 8 waits for ``nn.Conv2d`` and is not here.
+
+Run: ``python benchmarks/models.py`` (cpu; add ``--device cuda`` for the GPU, where it needs
+cupy and torch's cuda build). Writes results/models.md.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+import numpy
+
+from _common import fmt, gc_paused, machine_summary, markdown_table, median, try_import_torch, write_result  # noqa: E402
+
+import threadgrad  # noqa: E402 - this tree's (see _common.py)
+
+
+def gpt(lib: Any, vocab: int, block: int, n_embd: int, n_head: int, n_layer: int) -> Any:
+    """A character-level GPT written once against ``lib`` (torch or threadgrad)."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+            self.c_proj = nn.Linear(n_embd, n_embd)
+            self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+            self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
+            self.register_buffer("mask", lib.tril(lib.ones(block, block)).view(1, 1, block, block))
+
+        def forward(self, x: Any) -> Any:
+            B, T, C = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(n_embd, dim=2)
+            q = q.view(B, T, n_head, C // n_head).transpose(1, 2)
+            k = k.view(B, T, n_head, C // n_head).transpose(1, 2)
+            v = v.view(B, T, n_head, C // n_head).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // n_head))
+            att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.c_proj(y)
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(vocab, n_embd)
+            self.wpe = nn.Embedding(block, n_embd)
+            self.h = nn.ModuleList([Block() for _ in range(n_layer)])
+            self.ln_f = nn.LayerNorm(n_embd)
+            self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+            self.lm_head.weight = self.wte.weight  # weight tying, as nanoGPT
+            self.apply(self._init_weights)
+
+        @staticmethod
+        def _init_weights(module: Any) -> None:  # nanoGPT's: N(0, 0.02), zero biases
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+        def forward(self, idx: Any, targets: Any) -> Any:
+            T = idx.shape[1]
+            x = self.wte(idx) + self.wpe(lib.arange(T, device=idx.device))
+            for b in self.h:
+                x = b(x)
+            logits = self.lm_head(self.ln_f(x))
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return GPT()
+
+
+class Program:
+    """The GPT training step of one library on one device."""
+
+    def __init__(self, lib: Any, device: str, args: argparse.Namespace, init: dict | None) -> None:
+        self.lib, self.device = lib, device
+        self.name = f"{lib.__name__} {device}"
+        lib.manual_seed(0)
+        model = gpt(lib, args.vocab, args.block, args.n_embd, args.n_head, args.n_layer)
+        if init is not None:  # torch's initial weights, so both start from the same point
+            model.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+        self.model = model.to(device)
+        self.opt = lib.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.1)
+        rng = numpy.random.default_rng(3)
+        data = rng.integers(0, args.vocab, size=(args.batch, args.block + 1))
+        self.x = lib.tensor(data[:, :-1], device=device)
+        self.y = lib.tensor(data[:, 1:], device=device)
+        self.losses: list[float] = []
+
+    def state(self) -> dict:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def step(self, keep_loss: bool = False) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.model(self.x, self.y)
+        loss.backward()
+        self.lib.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        if keep_loss:
+            self.losses.append(float(loss.item()))
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            if self.lib.__name__ == "torch":
+                self.lib.cuda.synchronize()
+            else:
+                threadgrad.devices.get("cuda").synchronize()
+
+
+def measure(programs: list[Program], args: argparse.Namespace) -> dict[str, float]:
+    for p in programs:  # the first steps, with their losses kept, are the warm-up
+        for _ in range(3):
+            p.step(keep_loss=True)
+    samples: dict[str, list[float]] = {p.name: [] for p in programs}
+    for _ in range(args.repeats):
+        for p in programs:
+            p.sync()
+            with gc_paused():
+                t0 = time.perf_counter()
+                for _ in range(args.steps):
+                    p.step()
+                p.sync()
+                samples[p.name].append((time.perf_counter() - t0) / args.steps)
+    return {k: median(v) * 1e3 for k, v in samples.items()}  # ms per step
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--quick", action="store_true", help="a smaller model, 3 repeats")
+    ap.add_argument("--no-torch", action="store_true", help="leave out torch even if it is installed")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    args = ap.parse_args(argv)
+    args.repeats = args.repeats or (3 if args.quick else 7)
+    args.steps = args.steps or (2 if args.quick else 5)
+    args.vocab, args.block, args.batch = 65, 64, (8 if args.quick else 32)
+    args.n_embd, args.n_head, args.n_layer = (64, 4, 2) if args.quick else (128, 4, 4)
+    if args.device == "cuda":
+        try:
+            threadgrad.devices.get("cuda")
+        except RuntimeError as e:
+            print(f"benchmarks/models.py --device cuda needs cupy and an NVIDIA GPU; not running: {e}", file=sys.stderr)
+            return 2
+
+    torch = None if args.no_torch else try_import_torch()
+    if torch is not None and args.device == "cuda" and not torch.cuda.is_available():
+        torch = None
+    t_start = time.perf_counter()
+    programs: list[Program] = []
+    init = None
+    if torch is not None:
+        programs.append(Program(torch, args.device, args, None))
+        init = programs[0].state()
+    programs.insert(0, Program(threadgrad, args.device, args, init))
+    ms = measure(programs, args)
+
+    n_params = sum(int(numpy.prod(p.shape)) for p in programs[0].model.parameters())
+    lines = ["# Model training steps" + (" (--quick)" if args.quick else ""), ""]
+    lines.append(f"Character GPT (nanoGPT's block): {args.n_layer} layers, {args.n_head} heads, n_embd {args.n_embd}, "
+                 f"context {args.block}, vocabulary {args.vocab}, batch {args.batch}, {n_params:,} parameters, "
+                 "float32; AdamW, clip_grad_norm_(1.0); on " + args.device + ".")
+    lines.append("")
+    rows = [[name, fmt(v)] for name, v in ms.items()]
+    lines.append(markdown_table(["backend", "ms / step"], rows))
+    if torch is not None:
+        ours, theirs = programs[0], programs[1]
+        lines += ["", f"threadgrad / torch: {ms[ours.name] / ms[theirs.name]:.2f}x (above 1: threadgrad slower)"]
+        diffs = [abs(a - b) for a, b in zip(ours.losses, theirs.losses)]
+        lines.append(f"first {len(diffs)} losses, threadgrad vs torch from the same weights: "
+                     + ", ".join(f"{a:.5f}/{b:.5f}" for a, b in zip(ours.losses, theirs.losses)))
+        if max(diffs) > 1e-3:
+            lines.append("WARNING: the losses differ between threadgrad and torch")
+    lines += [
+        "",
+        f"- Machine: {machine_summary()}.",
+        f"- Median of {args.repeats} samples of {args.steps} steps after 3 warm-up steps, samples interleaved across "
+        "backends; every sample ends with a device synchronize; cyclic GC off while timing.",
+        f"- Benchmark wall time: {time.perf_counter() - t_start:.1f} s.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    print(f"(written to {write_result(f'models_{args.device}.md', text)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
