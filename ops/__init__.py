@@ -19,7 +19,7 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
-from .nn import conv2d, cross_entropy, dropout, linear, mse_loss, one_hot
+from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze

@@ -1,8 +1,10 @@
-"""Neural-network ops: linear, conv2d, dropout, cross_entropy, mse_loss.
+"""Neural-network ops: linear, layer_norm, conv2d, dropout, cross_entropy, mse_loss.
 
 These are compositions of differentiable ops (their backward is their parts' backward,
 so double backward comes for free), except the im2col/col2im pair conv2d is built on,
-which are adjoint ops of their own. See Note [Op definitions] in _core.py.
+which are adjoint ops of their own, and the single nodes layer_norm, cross_entropy and
+(on a GPU) mse_loss record, whose backward is written with ops. See Note [Op definitions]
+in _core.py.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ..engine.tensor import Tensor, _wrap, owned_gradient
 
 from ._core import Node, check_tensor, const, device_error, record, record_unary, register, tls
 from .activation import _shifted, log_softmax, softmax
-from .elementwise import add, div, mul, neg, sub, where
+from .elementwise import add, div, mul, neg, sqrt, sub, where
 from .index import gather
 from .linalg import matmul
 from .reduce import mean, sum as _sum
@@ -43,10 +45,18 @@ def linear(x: Tensor, weight: Tensor, bias: Any = None) -> Tensor:
     if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise RuntimeError(f"linear: input of shape {list(x.shape)} and weight of shape {list(weight.shape)} "
                            f"do not fit: weight must be (out_features, {x.shape[-1] if x.ndim else '?'})")
-    if (x._data.ndim == 2 and weight._data.ndim == 2 and x._data.dtype == weight._data.dtype
+    if (x._data.ndim >= 2 and weight._data.ndim == 2 and x._data.dtype == weight._data.dtype
             and (bias is None or (isinstance(bias, Tensor) and bias._data.shape == weight._data.shape[:1]
                                   and bias._data.dtype == x._data.dtype))):
-        return _linear_2d(x, weight, bias)
+        if x._data.ndim == 2:
+            return _linear_2d(x, weight, bias)
+        if x._data.flags.c_contiguous:
+            # As torch: one matrix product over the rows of every leading dim, viewed back
+            # (numpy's (B, T, C) @ (C, D) is B products, and its gradient for the weight a
+            # (B, C, D) stack then summed: benchmarks/models.py's transformer step 300 -> ms)
+            lead = x.shape[:-1]
+            out = _linear_2d(reshape(x, (-1, x.shape[-1])), weight, bias)
+            return reshape(out, lead + (weight.shape[0],))
     out = matmul(x, transpose(weight, 0, 1) if weight.ndim == 2 else weight)
     return out if bias is None else add(out, bias)
 
@@ -97,6 +107,94 @@ def _linear_2d(x: Tensor, weight: Tensor, bias: "Tensor | None") -> Tensor:
     if tls.grad_enabled and (x._rg or weight._rg or (bias is not None and bias._rg)):
         node = MmBackward0() if bias is None else AddmmBackward0()
         record(node, inputs, out, (x if weight._rg else None, weight if x._rg else None))
+    return out
+
+
+# --- layer_norm -------------------------------------------------------------------------
+
+class NativeLayerNormBackward0(Node):
+    """layer_norm as one node (torch's name), edges to (input, weight, bias), None where absent.
+
+    torch's formula, over the normalized dims D with ``xhat = (x - mean) * rstd``:
+    ``dx = rstd * (dy*w - mean_D(dy*w) - xhat * mean_D(dy*w * xhat))``, ``dw = sum(dy * xhat)``
+    and ``db = sum(dy)`` over the leading dims. Written once with ops: in first order the saved
+    ``mean``/``rstd`` arrays are constants; under ``create_graph`` they are recomputed from x
+    with ops, so the second derivative sees their dependence on x."""
+
+    __slots__ = ("dims", "eps", "mean", "rstd")
+
+    def backward(self, g: Tensor) -> tuple:
+        ex, ew, eb = self.next_edges
+        x, w = self.saved_tensors()
+        dims = self.dims
+        lead = tuple(range(x.ndim - len(dims)))
+        if tls.grad_enabled:  # create_graph
+            mu = mean(x, dims, keepdim=True)
+            centered = sub(x, mu)
+            rstd = div(1.0, sqrt(add(mean(mul(centered, centered), dims, keepdim=True), self.eps)))
+        else:
+            dev = x.device
+            centered, rstd = sub(x, _wrap(self.mean, dev)), _wrap(self.rstd, dev)
+        xhat = mul(centered, rstd)
+        gx = gw = gb = None
+        if ex[0] is not None:
+            gxhat = g if w is None else mul(g, w)
+            m1 = mean(gxhat, dims, keepdim=True)
+            m2 = mean(mul(gxhat, xhat), dims, keepdim=True)
+            gx = mul(sub(sub(gxhat, m1), mul(xhat, m2)), rstd)
+        if ew[0] is not None:
+            gw = mul(g, xhat)
+            gw = _sum(gw, lead) if lead else gw
+        if eb[0] is not None:
+            gb = _sum(g, lead) if lead else g
+        return (gx, gw, gb)
+
+
+@register
+def layer_norm(x: Tensor, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """Normalize over the last ``len(normalized_shape)`` dims (biased variance), then scale by
+    ``weight`` and shift by ``bias``, as ``torch.nn.functional.layer_norm``: one node,
+    ``NativeLayerNormBackward0``.
+
+    >>> from threadgrad import engine, ops
+    >>> ops.layer_norm(engine.tensor([[1.0, 3.0]]), (2,)).tolist()
+    [[-0.9999949932098389, 0.9999949932098389]]
+    """
+    check_tensor(x, "layer_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*, "
+                           f"{', '.join(str(n) for n in shape)}], but got input of size{list(x.shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        check_tensor(t, "layer_norm", name)
+        if tuple(t.shape) != shape:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{list(t.shape)} and normalized_shape = {list(shape)}")
+        if t.dtype != x.dtype:
+            raise RuntimeError(f"layer_norm: mixed dtype: expected {name} to have the input's dtype {x.dtype}, "
+                               f"got {t.dtype}")
+    _same_device("layer_norm", x, weight, bias)
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"layer_norm: expected a floating point input, got {x.dtype}")
+    xp, dims = x.device.xp, tuple(range(x.ndim - len(shape), x.ndim))
+    xd = x._data
+    mu = xd.mean(axis=dims, keepdims=True)
+    data = xd - mu
+    var = (data * data).mean(axis=dims, keepdims=True)
+    rstd = 1.0 / xp.sqrt(var + eps)
+    data *= rstd  # (data is a fresh array: scaled and shifted in place)
+    if weight is not None:
+        data *= weight._data
+    if bias is not None:
+        data += bias._data
+    out = _wrap(data, x.device)
+    if tls.grad_enabled and (x._rg or (weight is not None and weight._rg) or (bias is not None and bias._rg)):
+        node = NativeLayerNormBackward0()
+        node.dims, node.eps, node.mean, node.rstd = dims, eps, mu, rstd
+        w_needed = weight is not None and x._rg
+        record(node, (x, weight, bias), out, (x, weight if w_needed else None))
     return out
 
 

@@ -98,8 +98,12 @@ def test_embedding_matches_torch_with_padding():
     frozen = nn.Embedding.from_pretrained(w)
     assert not frozen.weight.requires_grad and frozen(tg.tensor([1])).tolist() == [[1.0, 1.0]]
     assert nn.Embedding.from_pretrained(w, freeze=False).weight.requires_grad
-    with pytest.raises(IndexError, match="index out of range in self"):
-        ours(tg.tensor([6]))
+    for bad in ([6], [0, -1], [[1, 7]]):  # a negative index is out of range too, as torch's
+        with pytest.raises(IndexError, match="index out of range in self"):
+            theirs(torch.tensor(bad))
+        with pytest.raises(IndexError, match="index out of range in self"):
+            ours(tg.tensor(bad))
+    assert ours(tg.tensor([5, 0], dtype=tg.int32)).shape == (2, 3)
     with pytest.raises(AssertionError, match="Padding_idx must be within num_embeddings"):
         nn.Embedding(3, 2, padding_idx=3)
 

@@ -118,6 +118,12 @@ def _np_conv2d(x: np.ndarray, w: np.ndarray, b: Any = None, stride: int = 1, pad
     return out
 
 
+def _np_layer_norm(x: np.ndarray, k: int, w: Any = None, b: Any = None, eps: float = 1e-5) -> np.ndarray:
+    axes = tuple(range(x.ndim - k, x.ndim))
+    y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    return y * (1 if w is None else w) + (0 if b is None else b)
+
+
 def _np_cross_entropy(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
     lp = logits - _np_logsumexp(logits, axis=1, keepdims=True)
     return -lp[np.arange(len(target)), target].mean()
@@ -322,6 +328,14 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(t(3), t(2, 3), ref=lambda x, w: w @ x, desc="1-d input, no bias"),
         Sample(t(2, 3), t(4, 3), ref=lambda x, w: x @ w.T, desc="2-d input, no bias (fused node)"),
         Sample(t(2, 2, 3), t(2, 3), t(2), ref=lambda x, w, b: x @ w.T + b, desc="batched"),
+    ],
+    "layer_norm": lambda: [
+        Sample(t(2, 3, 4), t(4), t(4), call=lambda op, x, w, b: op(x, (4,), w, b), ref=lambda x, w, b: _np_layer_norm(x, 1, w, b)),
+        Sample(t(2, 3, 4), call=lambda op, x: op(x, (3, 4)), ref=lambda x: _np_layer_norm(x, 2), desc="two dims, no affine"),
+        Sample(t(3, 4), t(4), call=lambda op, x, w: op(x, 4, w, eps=0.1), ref=lambda x, w: _np_layer_norm(x, 1, w, eps=0.1),
+               desc="weight only, eps 0.1"),
+        Sample(t(4), t(4), call=lambda op, x, b: op(x, (4,), None, b), ref=lambda x, b: _np_layer_norm(x, 1, None, b),
+               desc="1-d, bias only"),
     ],
     "conv2d": lambda: [
         Sample(t(1, 2, 4, 4), t(3, 2, 3, 3), t(3), ref=_np_conv2d),

@@ -86,6 +86,10 @@ CASES = {
     "split": {"split": (lambda a: _both("split")(a, 2)[0], [(4,)])},
     "linear": {"linear": (_f(tg.nn.functional.linear, F.linear), [(2, 3), (4, 3), (4,)]),
                "linear without bias": (_f(tg.nn.functional.linear, F.linear), [(2, 3), (4, 3)])},
+    "layer_norm": {"layer_norm": (lambda x, w, b: (tg.nn.functional.layer_norm if isinstance(x, tg.Tensor)
+                                                    else F.layer_norm)(x, (3,), w, b), [(2, 3), (3,), (3,)]),
+                   "layer_norm without affine": (lambda x: (tg.nn.functional.layer_norm if isinstance(x, tg.Tensor)
+                                                            else F.layer_norm)(x, (3,)), [(2, 3)])},
     "mse_loss": {"mse_loss": (_f(tg.nn.functional.mse_loss, F.mse_loss), [(3,), (3,)])},
     "cross_entropy": {"cross_entropy": (
         _f(lambda a: tg.nn.functional.cross_entropy(a, tg.tensor([0, 2])),

@@ -41,8 +41,9 @@ def _pair(values):
             torch.tensor(np.array(values, dtype=np.float64), requires_grad=True))
 
 
-def _check(fn_ours, fn_theirs, *inputs):
-    """Run both, weight the outputs with distinct numbers, compare outputs and gradients."""
+def _check(fn_ours, fn_theirs, *inputs, atol=1e-15):
+    """Run both, weight the outputs with distinct numbers, compare outputs and gradients
+    (``atol``: for gradients that are differences of terms near 1, whose summation order differs)."""
     pairs = [_pair(v) for v in inputs]
     ours = fn_ours(*[p[0] for p in pairs])
     theirs = fn_theirs(*[p[1] for p in pairs])
@@ -55,7 +56,7 @@ def _check(fn_ours, fn_theirs, *inputs):
     for (a, b), v in zip(pairs, inputs):
         got = a.grad.numpy() if a.grad is not None else np.zeros(np.shape(v))
         want = b.grad.numpy() if b.grad is not None else np.zeros(np.shape(v))
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, equal_nan=True,
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=atol, equal_nan=True,
                                    err_msg=f"gradient at {v}")
 
 
@@ -204,13 +205,20 @@ def test_the_remaining_ops_at_special_values(name):
     _check(ours, theirs, *inputs)
 
 
+def test_layer_norm_at_special_values():
+    # a row's gradient is rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)): terms near 1 that
+    # cancel to 1e-4, in torch's summation order and ours
+    _check(lambda x, w: tg.nn.functional.layer_norm(x, (3,), w[0]),
+           lambda x, w: torch.nn.functional.layer_norm(x, (3,), w[0]), ROWS, [[1.0, -2.0, 0.5]], atol=1e-13)
+
+
 def test_every_op_of_the_registry_is_checked_here():
     """Each op of ops.REGISTRY runs at special values in one of the tables above but dropout,
     whose mask is random (its gradient is g times the mask, as mul's, which is here)."""
     covered = {"abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
                "softplus", "clamp", "pow", "maximum", "add", "sub", "mul", "div", "minimum", "where", "mse_loss",
                "sum", "mean", "max", "min", "logsumexp", "softmax", "log_softmax", "var", "std", "norm",
-               "matmul", "linear", "cross_entropy", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "matmul", "linear", "layer_norm", "cross_entropy", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered

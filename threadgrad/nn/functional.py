@@ -213,20 +213,7 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalize over the last ``len(normalized_shape)`` dims (biased variance), then scale by
     ``weight`` and shift by ``bias``, as ``torch.nn.functional.layer_norm``."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if tuple(input.shape[input.ndim - len(shape):]) != shape:
-        raise RuntimeError(f"Given normalized_shape={list(shape)}, expected input with shape [*, "
-                           f"{', '.join(str(n) for n in shape)}], but got input of size{list(input.shape)}")
-    dims = tuple(range(input.ndim - len(shape), input.ndim))
-    mu = ops.mean(input, dims, keepdim=True)
-    centered = ops.sub(input, mu)
-    var = ops.mean(ops.mul(centered, centered), dims, keepdim=True)
-    out = ops.div(centered, ops.sqrt(ops.add(var, eps)))
-    if weight is not None:
-        out = ops.mul(out, weight)
-    if bias is not None:
-        out = ops.add(out, bias)
-    return out
+    return ops.layer_norm(input, normalized_shape, weight, bias, eps)
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
@@ -240,7 +227,10 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {kind} instead (while checking arguments for embedding)")
     n = weight.shape[0]
-    if input.numel() and (int(input.max().item()) >= n or int(input.min().item()) < -n):
+    # Every index in [0, n), as torch (a negative one is out of range too), in one reduction
+    # read once (one wait for a GPU, where a max and a min were two): the kernel's "ignored"
+    # code is spent on index n, out of range anyway.
+    if input.numel() and input.device.kernels.class_index_check(input._data, n, n):
         raise IndexError("index out of range in self")
     out = ops.getitem(weight, input)
     if padding_idx is not None:
