@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 
+import threadgrad as tg
 from threadgrad import devices, engine, ops
 from threadgrad.devices import cuda as cuda_mod
 
@@ -78,6 +79,12 @@ OPS = {
     "linear": lambda a, b: ops.linear(a, b, b[:, 0]),
     "cat": lambda a, b: ops.cat([a, b], dim=1),
     "mse_loss": lambda a, b: ops.mse_loss(a, b),
+    "erf": lambda a, b: ops.erf(a) * b,
+    "gelu tanh": lambda a, b: ops.gelu(a, approximate="tanh") + b,
+    "layer_norm": lambda a, b: ops.layer_norm(a, (6,), b[0], b[1]),
+    "layer_norm over two dims": lambda a, b: ops.layer_norm(a, (4, 6)) * b,
+    "linear on 3-d input": lambda a, b: ops.linear(ops.reshape(a, (2, 2, 6)), b, b[:, 0]),
+    "embedding": lambda a, b: tg.nn.functional.embedding(engine.tensor([[0, 3], [2, 2]], device=a.device), a) * b[0],
 }
 
 
@@ -98,6 +105,14 @@ def test_ops_match_cpu(name, dtype):
         got.append([out.detach().numpy(), a.grad.numpy(), b.grad.numpy()])
     for cpu_arr, gpu_arr in zip(*got):
         np.testing.assert_allclose(gpu_arr, cpu_arr, **TOL[dtype])
+
+
+def test_embedding_rejects_out_of_range_indices_on_the_gpu():
+    w = engine.tensor(np.ones((5, 2)), device="cuda")
+    for bad in ([5], [0, -1]):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            tg.nn.functional.embedding(engine.tensor(bad, device="cuda"), w)
+    assert tg.nn.functional.embedding(engine.tensor([4, 0], device="cuda"), w).tolist() == [[1.0, 1.0]] * 2
 
 
 @pytest.mark.timeout(120)
