@@ -454,6 +454,73 @@ extern "C" __global__ void NAME(const T* __restrict__ x, const long long* __rest
 """.replace("BLOCK", str(_CE_BLOCK))
 
 
+# layer_norm over the last N elements of each row (ops/nn.py's layer_norm): one block a row, the
+# mean and the variance in two passes as the plain formula computes them, then the output; the
+# backward's dx likewise, from the saved mean and rstd. ``has_w``/``has_b``: whether ``w``/``b``
+# are given (when not, the caller passes ``x`` in their place, never read).
+_LN_BLOCK = 256
+_LN_REDUCE = r"""
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) { RED }
+    __syncthreads();
+  }
+"""
+_LAYER_NORM_SOURCE = (r"""
+extern "C" __global__ void NAME(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                T* __restrict__ y, T* __restrict__ mean, T* __restrict__ rstd,
+                                const long long N, const double eps, const long long has_w, const long long has_b) {
+  __shared__ T red[BLOCK];
+  const long long row = blockIdx.x;
+  const T* xr = x + row * N;
+  T* yr = y + row * N;
+  T sum = 0;
+  for (long long j = threadIdx.x; j < N; j += BLOCK) sum += xr[j];
+  red[threadIdx.x] = sum;""" + _LN_REDUCE.replace("RED", "red[threadIdx.x] += red[threadIdx.x + s];") + r"""
+  const T mu = red[0] / (T)N;
+  __syncthreads();
+  T sq = 0;
+  for (long long j = threadIdx.x; j < N; j += BLOCK) { T d = xr[j] - mu; sq += d * d; }
+  red[threadIdx.x] = sq;""" + _LN_REDUCE.replace("RED", "red[threadIdx.x] += red[threadIdx.x + s];") + r"""
+  const T r = (T)1 / SQRT(red[0] / (T)N + (T)eps);
+  for (long long j = threadIdx.x; j < N; j += BLOCK) {
+    T v = (xr[j] - mu) * r;
+    if (has_w) v *= w[j];
+    if (has_b) v += b[j];
+    yr[j] = v;
+  }
+  if (threadIdx.x == 0) { mean[row] = mu; rstd[row] = r; }
+}
+""").replace("BLOCK", str(_LN_BLOCK))
+_LAYER_NORM_BACKWARD_SOURCE = (r"""
+extern "C" __global__ void NAME(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+                                const T* __restrict__ mean, const T* __restrict__ rstd, T* __restrict__ dx,
+                                const long long N, const long long has_w) {
+  __shared__ T red1[BLOCK];
+  __shared__ T red2[BLOCK];
+  const long long row = blockIdx.x;
+  const T* dyr = dy + row * N;
+  const T* xr = x + row * N;
+  const T mu = mean[row], r = rstd[row];
+  T s1 = 0, s2 = 0;
+  for (long long j = threadIdx.x; j < N; j += BLOCK) {
+    T gh = has_w ? dyr[j] * w[j] : dyr[j];
+    s1 += gh;
+    s2 += gh * ((xr[j] - mu) * r);
+  }
+  red1[threadIdx.x] = s1;
+  red2[threadIdx.x] = s2;""" + _LN_REDUCE.replace(
+    "RED", "red1[threadIdx.x] += red1[threadIdx.x + s]; red2[threadIdx.x] += red2[threadIdx.x + s];") + r"""
+  const T m1 = red1[0] / (T)N, m2 = red2[0] / (T)N;
+  T* dxr = dx + row * N;
+  for (long long j = threadIdx.x; j < N; j += BLOCK) {
+    T gh = has_w ? dyr[j] * w[j] : dyr[j];
+    dxr[j] = r * (gh - m1 - ((xr[j] - mu) * r) * m2);
+  }
+}
+""").replace("BLOCK", str(_LN_BLOCK))
+
+
 def _typed_source(source: str, ctype: str, name: str) -> str:
     """``source`` for element type ``ctype`` (``float`` or ``double``) as kernel ``name``. The
     math is spelled with the C functions of that type (expf, ...), which NVRTC knows without
@@ -513,6 +580,8 @@ class Fused(_Table):
                            "t == ignore ? 1 : ((t < 0 || t >= n) ? 2 : 0)", "a | b", "code = a", "0",
                            "threadgrad_class_index_check")
         self._dot = rk("T g, T y", "T s", "g * y", "a + b", "s = a", "0", "threadgrad_softmax_dot")
+        self._ln_weight_grad = rk("T dy, T x, T mean, T rstd", "T dw", "dy * ((x - mean) * rstd)", "a + b", "dw = a", "0",
+                                  "threadgrad_layer_norm_weight_backward")
         self._softmax = ek("T g, T y, T s", "T z", "z = y * (g - s)", "threadgrad_softmax_backward")
         self._erf = ek("T x", "T z", "z = erf(x)", "threadgrad_erf")
         self._gelu_forward = ek("T x", "T z", f"z = (T)0.5 * x * ((T)1 + erf(x * (T){_SQRT1_2!r}))", "threadgrad_gelu")
@@ -571,7 +640,8 @@ class Fused(_Table):
                 kernel_name = f"threadgrad_{name}_multi_{ctype}"
                 self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
         for name, source in (("norm_partial", _NORM_PARTIAL_SOURCE), ("norm_finish", _NORM_FINISH_SOURCE),
-                             ("norm_total", _NORM_TOTAL_SOURCE), ("scale", _SCALE_SOURCE)):
+                             ("norm_total", _NORM_TOTAL_SOURCE), ("scale", _SCALE_SOURCE),
+                             ("layer_norm", _LAYER_NORM_SOURCE), ("layer_norm_backward", _LAYER_NORM_BACKWARD_SOURCE)):
             for dt, ctype in (("f", "float"), ("d", "double")):
                 kernel_name = f"threadgrad_{name}_{ctype}"
                 self._multi[name, dt] = xp.RawKernel(_typed_source(source, ctype, kernel_name), kernel_name)
@@ -647,6 +717,44 @@ class Fused(_Table):
         if n:
             self._log_softmax_nll[x.dtype.char]((n,), (_CE_BLOCK,), (x, t, lsm, picked, c))
         return lsm, self._nll_reduce(picked, n if mean else 1)
+
+    def layer_norm(self, x: Any, w: Any, b: Any, eps: float) -> Optional[tuple]:
+        """``(y, mean, rstd)`` of layer_norm over the last axis of the 2-D ``x`` (rows M,
+        normalized size N), ``w``/``b`` of shape (N,) or None: one launch. ``mean``/``rstd``
+        are (M,). None when the operands do not fit the kernel (not C-contiguous, dtypes
+        other than one of float32/float64, N == 0): the caller takes the plain path."""
+        m, n = x.shape
+        if x.dtype.char not in "fd" or n == 0 or not x.flags.c_contiguous or any(
+                a is not None and (a.dtype != x.dtype or not a.flags.c_contiguous) for a in (w, b)):
+            return None
+        y = self.xp.empty_like(x)
+        mean = self.xp.empty(m, dtype=x.dtype)
+        rstd = self.xp.empty(m, dtype=x.dtype)
+        if m:
+            self._multi["layer_norm", x.dtype.char]((m,), (_LN_BLOCK,), (
+                x, x if w is None else w, x if b is None else b, y, mean, rstd, n, float(eps),
+                int(w is not None), int(b is not None)))
+        return y, mean, rstd
+
+    def layer_norm_grad(self, dy: Any, x: Any, w: Any, mean: Any, rstd: Any, needs: tuple) -> Optional[tuple]:
+        """``(dx, dw, db)`` of :meth:`layer_norm` (each None unless ``needs`` asks for it), from
+        the 2-D ``dy`` and ``x`` and the saved (M,) ``mean``/``rstd``: dx in one launch (one
+        block a row), dw and db one reduction over the rows each. None when the operands do
+        not fit (the caller takes the ops path)."""
+        m, n = x.shape
+        if dy.dtype != x.dtype or not (dy.flags.c_contiguous and x.flags.c_contiguous):
+            return None
+        dx = dw = db = None
+        if needs[0]:
+            dx = self.xp.empty_like(x)
+            if m:
+                self._multi["layer_norm_backward", x.dtype.char]((m,), (_LN_BLOCK,), (
+                    dy, x, x if w is None else w, mean, rstd, dx, n, int(w is not None)))
+        if needs[1]:
+            dw = self._ln_weight_grad(dy, x, mean[:, None], rstd[:, None], axis=0)
+        if needs[2]:
+            db = dy.sum(axis=0)
+        return dx, dw, db
 
     def mse(self, a: Any, b: Any, mean: bool) -> Any:
         """mse_loss of same-shape, same-dtype float32/64 arrays: ``sum((a - b)**2)``, divided

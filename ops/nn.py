@@ -8,6 +8,7 @@ in _core.py.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -125,6 +126,21 @@ class NativeLayerNormBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         ex, ew, eb = self.next_edges
+        dev = g.device
+        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
+            xd, wd = self.saved_arrays()
+            m = self.rstd.size  # rows M, each of the normalized size N
+            n = xd.size // m if m else 0
+            if n:
+                res = dev.kernels.layer_norm_grad(
+                    g._data.reshape(m, n), xd.reshape(m, n), None if wd is None else wd.reshape(n),
+                    self.mean.reshape(m), self.rstd.reshape(m), (ex[0] is not None, ew[0] is not None, eb[0] is not None))
+                if res is not None:
+                    dx, dw, db = res
+                    shape = xd.shape[xd.ndim - len(self.dims):]
+                    return (None if dx is None else owned_gradient(dx.reshape(xd.shape), dev, ex[0]),
+                            None if dw is None else owned_gradient(dw.reshape(shape), dev, ew[0]),
+                            None if db is None else owned_gradient(db.reshape(shape), dev, eb[0]))
         x, w = self.saved_tensors()
         dims = self.dims
         lead = tuple(range(x.ndim - len(dims)))
@@ -180,15 +196,26 @@ def layer_norm(x: Tensor, normalized_shape: Any, weight: Any = None, bias: Any =
         raise RuntimeError(f"layer_norm: expected a floating point input, got {x.dtype}")
     xp, dims = x.device.xp, tuple(range(x.ndim - len(shape), x.ndim))
     xd = x._data
-    mu = xd.mean(axis=dims, keepdims=True)
-    data = xd - mu
-    var = (data * data).mean(axis=dims, keepdims=True)
-    rstd = 1.0 / xp.sqrt(var + eps)
-    data *= rstd  # (data is a fresh array: scaled and shifted in place)
-    if weight is not None:
-        data *= weight._data
-    if bias is not None:
-        data += bias._data
+    fused = None
+    if x.device.kernels.fused:  # one launch on a GPU (devices/_fused.py)
+        n = math.prod(shape)
+        m = xd.size // n if n else 0
+        fused = x.device.kernels.layer_norm(xd.reshape(m, n), None if weight is None else weight._data.reshape(n),
+                                            None if bias is None else bias._data.reshape(n), eps) if n else None
+    if fused is not None:
+        data, mu, rstd = fused
+        kept = x.shape[:x.ndim - len(shape)] + (1,) * len(shape)
+        data, mu, rstd = data.reshape(x.shape), mu.reshape(kept), rstd.reshape(kept)
+    else:
+        mu = xd.mean(axis=dims, keepdims=True)
+        data = xd - mu
+        var = (data * data).mean(axis=dims, keepdims=True)
+        rstd = 1.0 / xp.sqrt(var + eps)
+        data *= rstd  # (data is a fresh array: scaled and shifted in place)
+        if weight is not None:
+            data *= weight._data
+        if bias is not None:
+            data += bias._data
     out = _wrap(data, x.device)
     if tls.grad_enabled and (x._rg or (weight is not None and weight._rg) or (bias is not None and bias._rg)):
         node = NativeLayerNormBackward0()

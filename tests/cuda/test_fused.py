@@ -67,6 +67,37 @@ def test_erf_and_gelu_forward_kernels_equal_plain(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 1000), (5, 3), (2, 1), (0, 4)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_kernels_equal_the_plain_formula(shape, dtype, affine):
+    m, n = shape
+    x, dy = rand(7, shape, dtype), rand(8, shape, dtype)
+    if m > 1:
+        x[1] = 0.5  # a constant row: variance 0
+    w, b = (rand(9, (n,), dtype), rand(10, (n,), dtype)) if affine else (None, None)
+    y, mean, rstd = K.layer_norm(x, w, b, 1e-5)
+    xh, dyh = cupy.asnumpy(x).astype(np.float64), cupy.asnumpy(dy).astype(np.float64)
+    wh = cupy.asnumpy(w).astype(np.float64) if affine else np.ones(n)
+    bh = cupy.asnumpy(b).astype(np.float64) if affine else np.zeros(n)
+    mu = xh.mean(axis=1, keepdims=True)
+    r = 1 / np.sqrt(((xh - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    xhat = (xh - mu) * r
+    loose = 50.0 if n == 1000 else 5.0  # float32 sums over 1000 elements, in another order
+    close(y, xhat * wh + bh, dtype, loose)
+    close(mean, mu[:, 0], dtype, loose)
+    close(rstd, r[:, 0], dtype, loose)
+    dx, dw, db = K.layer_norm_grad(dy, x, w, mean, rstd, (True, affine, affine))
+    gh = dyh * wh
+    want_dx = r * (gh - gh.mean(axis=1, keepdims=True) - xhat * (gh * xhat).mean(axis=1, keepdims=True))
+    close(dx, want_dx, dtype, loose * 20)  # rstd is 447 on the constant row: its dx is scaled up
+    if affine:
+        close(dw, (dyh * xhat).sum(axis=0), dtype, loose)
+        close(db, dyh.sum(axis=0), dtype, loose)
+    else:
+        assert dw is None and db is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_mul_and_div_kernels_equal_plain(dtype):
     g, a, b = rand(12, (99, 7), dtype), rand(13, (99, 7), dtype), rand(14, (7,), dtype, 0.5, 2)
     close(K.mul(g, b), _fused.PLAIN.mul(g, b), dtype)

@@ -82,6 +82,7 @@ def _sim(name):
         "threadgrad_softmax_dot": lambda g, y, axis=None, keepdims=False: (g * y).sum(axis=axis, keepdims=keepdims),
         "threadgrad_softmax_backward": lambda g, y, s: y * (g - s),
         "threadgrad_erf": _erf,
+        "threadgrad_layer_norm_weight_backward": lambda dy, x, mean, rstd, axis: (dy * ((x - mean) * rstd)).sum(axis=axis),
         "threadgrad_gelu": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
         "threadgrad_gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
         "threadgrad_gelu_backward": gelu,
@@ -132,6 +133,8 @@ class _RawKernel:
         self.launches.append(self.name)
         if self.kind == "log":
             return self._log_softmax_nll(grid, block, *args)
+        if self.kind == "layer":
+            return (self._layer_norm_backward if "backward" in self.name else self._layer_norm)(grid, block, *args)
         if self.kind == "norm":
             return getattr(self, "_" + self.name.split("_")[2])(grid, block, *args)
         (r,) = args
@@ -193,6 +196,20 @@ class _RawKernel:
         total = np.sqrt(total) if kind == 0 else total
         c = self.dtype(max_norm) / (self.dtype(total) + self.dtype(1e-6))
         out[0], out[1] = total, c if (np.isnan(c) or c < 1) else 1
+
+    def _layer_norm(self, grid, block, x, w, b, y, mean, rstd, n, eps, has_w, has_b):
+        # one block per row: two-pass mean and variance, then the affine output
+        assert grid == (x.shape[0],) and block == (256,) and x.shape[1] == n and x.dtype == self.dtype
+        assert isinstance(eps, float) and has_w in (0, 1) and has_b in (0, 1)
+        mean[...] = x.mean(axis=1)
+        rstd[...] = 1 / np.sqrt(((x - mean[:, None]) ** 2).mean(axis=1) + eps)
+        y[...] = (x - mean[:, None]) * rstd[:, None] * (w if has_w else 1) + (b if has_b else 0)
+
+    def _layer_norm_backward(self, grid, block, dy, x, w, mean, rstd, dx, n, has_w):
+        assert grid == (x.shape[0],) and block == (256,) and x.shape[1] == n and dy.dtype == self.dtype
+        gh = dy * w if has_w else dy
+        xhat = (x - mean[:, None]) * rstd[:, None]
+        dx[...] = rstd[:, None] * (gh - gh.mean(axis=1, keepdims=True) - xhat * (gh * xhat).mean(axis=1, keepdims=True))
 
     def _log_softmax_nll(self, grid, block, x, t, lsm, picked, c):
         # one block per row; log_softmax as ops/activation.py's _shifted computes it
@@ -259,6 +276,50 @@ CASES = {
     "softmax": (lambda x: (ops.softmax(x, 1) * x).sum(), ["threadgrad_softmax_dot", "threadgrad_softmax_backward"]),
     "log_softmax": (lambda x: (ops.log_softmax(x, 1) * x).sum(), ["threadgrad_log_softmax_backward"]),
 }
+
+
+@pytest.mark.parametrize("affine", ["weight and bias", "weight", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_is_one_launch_forward_and_three_backward_on_cuda(kcuda, affine, dtype):
+    rng = np.random.default_rng(5)
+    x0, w0, b0 = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    kind = "double" if dtype == np.float64 else "float"
+
+    def run(dev):
+        x = engine.tensor(x0.astype(dtype), device=dev, requires_grad=True)
+        w = engine.tensor(w0.astype(dtype), device=dev, requires_grad=True) if affine != "none" else None
+        b = engine.tensor(b0.astype(dtype), device=dev, requires_grad=True) if affine == "weight and bias" else None
+        y = ops.layer_norm(x, (4, 5), w, b, eps=1e-3)
+        assert y.grad_fn.name() == "NativeLayerNormBackward0"
+        (y * engine.tensor(np.arange(120.0).reshape(2, 3, 4, 5).astype(dtype), device=dev)).sum().backward()
+        return [t.grad.numpy() if t is not None else None for t in (x, w, b)] + [y.detach().numpy()]
+
+    kcuda.xp.launches.clear()
+    got = run(kcuda)
+    launches = [k for k in kcuda.xp.launches if "layer_norm" in k]
+    want_launches = [f"threadgrad_layer_norm_{kind}", f"threadgrad_layer_norm_backward_{kind}"]
+    if affine != "none":
+        want_launches.append("threadgrad_layer_norm_weight_backward")
+    assert launches == want_launches
+    want = run(devices.cpu)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-11)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, **tol)
+
+
+def test_layer_norm_double_backward_on_cuda_records_ops(kcuda):
+    rng = np.random.default_rng(6)
+    x0, w0 = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    hs = []
+    for dev in (kcuda, devices.cpu):
+        x = engine.tensor(x0, device=dev, requires_grad=True)
+        w = engine.tensor(w0, device=dev, requires_grad=True)
+        (gx,) = engine.grad((ops.layer_norm(x, (4,), w) ** 2).sum(), x, create_graph=True)
+        hs.append(engine.grad(gx.sum(), [x, w]))
+    for a, b in zip(*hs):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
