@@ -2,8 +2,8 @@
 
 The engine core (tensor, graph, grad mode, executor, autograd API) imports ``devices`` and no
 ops. The layers built from ops, custom ``Function`` (engine/function.py) and ``checkpoint``
-(engine/checkpoint.py), sit above ops and import it; threadgrad/__init__.py imports them after
-ops and re-exports their names here (``engine.Function``, ``engine.checkpoint``, ...).
+(engine/checkpoint.py), sit above ops and import it; once ops is imported, threadgrad/__init__.py
+hands their names to :func:`bind_upper_layer` (``engine.Function``, ``engine.checkpoint``, ...).
 
 >>> from threadgrad import engine
 >>> x = engine.tensor([1.0, 2.0], requires_grad=True)
@@ -28,6 +28,17 @@ from .graph import AccumulateGrad, Node, RemovableHandle
 from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks
 from .tensor import Tensor
 from . import serialization as _serialization  # noqa: F401 - binds Tensor's pickle and deepcopy protocol
+
+
+
+def bind_upper_layer(names: dict) -> None:
+    """Bind the public names of this package's two modules above ops (custom Function,
+    checkpoint) here: threadgrad/__init__.py imports those modules once ops is imported and
+    hands their names over (this package, part of the core, imports neither).
+    ``engine.checkpoint`` is then the function, as ``torch.utils.checkpoint.checkpoint``, no
+    longer the submodule of that name."""
+    globals().update(names)
+
 
 float16 = _np.float16
 float32 = _np.float32

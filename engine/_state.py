@@ -15,7 +15,7 @@ values are constant within one GraphTask, so re-installing them per node would o
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 # Note [Grad mode fast path]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -147,6 +147,18 @@ class _Used:
 # feature was used; before, each is at its default in every thread.
 used = _Used()
 
-# ops/_core.py's check_fresh, bound when ops is imported (engine does not import ops): brings a
-# view made stale by an in-place op on its base up to date before a custom Function uses it.
-refresh_view = None
+def _no_stale_views(t: Any, what: str) -> None:
+    """Until ops is imported nothing makes views, so none can be stale."""
+
+
+# ops/views.py's refresh, registered when ops is imported (the engine core imports no ops):
+# brings a view made stale by an in-place op on its base up to date before the engine core
+# reads its autograd facts (Note [Stale views] in ops/views.py).
+refresh_view: Callable[[Any, str], None] = _no_stale_views
+
+
+def register_view_refresher(refresh: Callable[[Any, str], None]) -> None:
+    """Set the function the engine core calls to refresh a maybe-stale view (ops/views.py
+    calls it once, at import)."""
+    global refresh_view
+    refresh_view = refresh

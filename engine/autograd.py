@@ -69,7 +69,7 @@ def _complex_mismatch(i: int, grad_dtype: Any, out_dtype: Any) -> RuntimeError:
 def _make_grads(outputs: tuple, grads: Any, create_graph: bool, what: str) -> list:
     """Check or create the root gradients: one per output, same shape/device, float dtype."""
     for out in outputs:
-        if out._base is not None and _state.refresh_view is not None:  # See Note [Stale views] in ops/views.py
+        if out._base is not None:  # See Note [Stale views] in ops/views.py
             _state.refresh_view(out, what)
     if grads is None and len(outputs) == 1:
         out = outputs[0]

@@ -22,7 +22,7 @@ from .. import devices
 from ..devices import Device
 
 from ._locks import LOCKS
-from . import _state
+from . import _state, versions
 from ._state import tls
 from .graph import (AccumulateGrad, HookTable, NodeHooks, RemovableHandle, _add_hook, _set_entry,
                     share_tensor_hooks, tensor_hook_table)
@@ -184,7 +184,7 @@ class Tensor:
     @property
     def version(self) -> int:
         """Bumped by exactly one by every in-place op on this tensor or a view of it."""
-        return self._vc[0]
+        return versions.version(self)
 
     # -- autograd attributes ------------------------------------------------------------
     @property
@@ -530,7 +530,7 @@ def accumulate_into(var: Tensor, g: Tensor, owned: bool = False) -> None:
         var._grad = (old + g).detach()
     else:
         old.device.xp.add(old._data, g._data, out=old._data)
-        old._vc[0] += 1
+        versions.bump(old)
 
 
 # Note [Gradient ownership]
@@ -620,9 +620,13 @@ def disown(inputs: list) -> list:
 from . import graph as _graph  # noqa: E402
 from . import autograd as _autograd  # noqa: E402 - imports this module: read at call time only
 
-_graph._wrap = _wrap
-_graph.accumulate_into = accumulate_into
-_graph.EngineSum = EngineSum
-_graph._grad_accumulator = grad_accumulator
-_graph._WrappedNumber = WrappedNumber
-_graph._Tensor = Tensor
+_graph.bind_tensor_layer(wrap=_wrap, accumulate=accumulate_into, engine_sum=EngineSum,
+                         grad_accumulator=grad_accumulator, wrapped_number=WrappedNumber, tensor=Tensor)
+
+
+def add_methods(methods: dict[str, Any]) -> None:
+    """Bind ``methods`` (functions, or properties) onto Tensor by name: the ops layer gives
+    Tensor its operators and methods this way (ops/_methods.py, ops/inplace.py), since the
+    engine core imports no ops."""
+    for name, fn in methods.items():
+        setattr(Tensor, name, fn)

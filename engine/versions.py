@@ -53,12 +53,16 @@ if TYPE_CHECKING:
 
 
 def version(t: "Tensor") -> int:
-    """``t``'s version: the number of in-place ops on its memory since it was made."""
+    """``t``'s version: the number of in-place ops on its memory since it was made. (The save
+    and unpack paths of engine/graph.py and engine/_record.py read ``t._vc[0]`` directly: a
+    call per saved tensor there is measurable, benchmarks/instructions.py's forward rows.)"""
     return t._vc[0]
 
 
 def bump(t: "Tensor") -> None:
-    """One more in-place op on ``t``'s memory (every tensor sharing it sees the new version)."""
+    """One more in-place op on ``t``'s memory (every tensor sharing it sees the new version):
+    the only writer of a version (ops/inplace.py's in-place ops, the in-place ``.grad``
+    accumulation of engine/tensor.py)."""
     t._vc[0] += 1
 
 
@@ -66,11 +70,6 @@ def base_of(t: "Tensor") -> "Tensor":
     """The tensor whose history ``t``'s history is part of: its base for a view, else itself."""
     b = t._base
     return t if b is None else b
-
-
-def is_view(t: "Tensor") -> bool:
-    """``t`` is a view of another tensor (a detach() alias is not)."""
-    return t._base is not None
 
 
 def generation(base: "Tensor") -> int:

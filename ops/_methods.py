@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap, add_methods
 
 from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
 
@@ -130,11 +130,5 @@ def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
     return device.to(t, device_or_dtype, dtype)
 
 
-def install(methods: dict[str, Any]) -> None:
-    """Bind ``methods`` onto Tensor (op modules added later extend the table this way)."""
-    for name, fn in methods.items():
-        setattr(Tensor, name, fn)
-
-
-install(_METHODS)
-Tensor.T = property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))  # type: ignore[attr-defined]
+add_methods(_METHODS)
+add_methods({"T": property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))})

@@ -32,10 +32,10 @@ from typing import Any, Callable
 
 import numpy
 
-from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap, add_methods
 
 from . import device, elementwise, index, shape
-from ..engine.versions import next_generation
+from ..engine.versions import bump, next_generation
 from ._core import BOOL, CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
 from .views import rebase, regenerate, take_history, view_index, view_inplace_error, view_offset
 
@@ -165,7 +165,7 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
 def _bump(self: Tensor, recorded: bool = False) -> int:
     """One more version; for a ``recorded`` op also a new graph generation of ``self``'s base
     (returned; Note [Versions and views] in engine/versions.py)."""
-    self._vc[0] += 1
+    bump(self)
     return next_generation(self) if recorded else 0
 
 
@@ -279,5 +279,4 @@ _METHODS = {
     "__imul__": _augmented(mul_), "__itruediv__": _augmented(div_),
 }
 
-for _name, _fn in _METHODS.items():
-    setattr(Tensor, _name, _fn)
+add_methods(_METHODS)

@@ -175,7 +175,7 @@ def refresh(t: Tensor, name: str) -> None:
         )
 
 
-_state.refresh_view = refresh  # the engine core refreshes stale views through this (it imports no ops)
+_state.register_view_refresher(refresh)  # the engine core refreshes stale views through it (it imports no ops)
 
 
 class CopySlices(shape.ViewBackward0):

@@ -42,16 +42,9 @@ from . import engine  # noqa: E402 - the engine core: imports devices, no ops
 from . import ops  # noqa: E402 - imports the engine core; binds Tensor's operators and methods
 from .engine import checkpoint as _checkpoint, function as _function  # noqa: E402 - above ops
 
-
-def _export_upper_layer() -> None:
-    """Give the engine package the names of its modules that sit above ops."""
-    for module, names in ((_function, ("Function", "FunctionCtx", "once_differentiable")),
-                          (_checkpoint, ("checkpoint", "checkpoint_sequential", "CheckpointError"))):
-        for name in names:
-            setattr(engine, name, getattr(module, name))
-
-
-_export_upper_layer()
+engine.bind_upper_layer({name: getattr(module, name) for module, names in (
+    (_function, ("Function", "FunctionCtx", "once_differentiable")),
+    (_checkpoint, ("checkpoint", "checkpoint_sequential", "CheckpointError"))) for name in names})
 
 # Note [Floating-point warnings]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -14,7 +14,7 @@ import numpy
 from . import devices
 from .devices import Device
 from .engine import creation
-from .engine.tensor import Tensor, _wrap, to_device, to_dtype
+from .engine.tensor import Tensor, _wrap, add_methods, to_device, to_dtype
 
 
 def device(type: Any, index: int | None = None) -> Device:  # noqa: A002 - torch's names
@@ -311,9 +311,7 @@ def ge(input: Tensor, other: Any) -> Tensor:  # noqa: A002
 
 def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
-    from .ops._methods import install
-
-    install({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
+    add_methods({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
              "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge})
 
