@@ -142,3 +142,38 @@ def test_every_cited_repository_file_exists():
             if not found:
                 broken.append(f"{citing}:{_line(text, m.start())}: {cited}")
     assert not broken, "cited files not in the repository:\n" + "\n".join(broken)
+
+
+# A page quotes code as "<!-- quoted from ops/nn.py -->" over a fenced block; "# ..." lines
+# in the block mark what was left out between the parts.
+QUOTE = re.compile(r"^<!-- quoted from ([\w./-]+) -->\n```\w*\n(.*?)^```", re.M | re.S)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _contains(lines: list[str], part: list[str]) -> bool:
+    n = len(part)
+    return any(lines[i:i + n] == part for i in range(len(lines) - n + 1))
+
+
+def test_every_quoted_block_is_in_the_file_it_quotes():
+    broken, quotes = [], 0
+    for citing, text in _texts().items():
+        if not citing.endswith(".md"):
+            continue
+        for m in QUOTE.finditer(text):
+            quotes += 1
+            source = ROOT / m.group(1)
+            where = f"{citing}:{_line(text, m.start())}"
+            if not source.is_file():
+                broken.append(f"{where}: quotes {m.group(1)}, which is not in the repository")
+                continue
+            lines = _lines(source.read_text(encoding="utf-8"))
+            for part in re.split(r"^[ \t]*# \.\.\.[ \t]*$", m.group(2), flags=re.M):
+                part = _lines(part)
+                if part and not _contains(lines, part):
+                    broken.append(f"{where}: not in {m.group(1)} as quoted, from: {part[0]}")
+    assert quotes, "no quoted blocks found (docs/contributing.md has several)"
+    assert not broken, "quoted code that its file no longer holds:\n" + "\n".join(broken)
