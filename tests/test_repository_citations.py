@@ -3,14 +3,18 @@
 1. Every Note cited (``See Note [Errors]``, ``Notes [Completion], [Shared tasks]``, a row of
    docs/architecture.md's table of Notes) is defined: a line ``Note [<title>]`` with a line of
    ``~~~~`` under it (engine/executor.py's docstring shows the form). A citation that names
-   its file (``Note [Errors] in engine/executor.py``, or ``in _state.py`` from a module beside
-   it) must find the Note in that file.
+   its file right after the title (``Note [Errors] in engine/executor.py``, ``(_state.py)``
+   from a module beside it, ``, engine/graph_task.py``, the next cell of a table) must find the Note in
+   that file.
 2. Every repository file cited by its path (``docs/performance.md``, ``benchmarks/gpu.py``,
    ``tests/devices/fake_cupy.py``, a capitalised top-level page such as README.md) exists. A
    page kept outside the repository cannot be read by whoever reads the repository: cite what
    in it says the same thing (docs/architecture.md, a Note), or say it in place.
+3. Every block of code a page quotes (``<!-- quoted from ops/nn.py -->`` over the fence) is
+   still in the file it names.
 
-A renamed Note or a moved file fails here with every broken citation listed as file:line.
+A renamed Note, a moved file or changed quoted code fails here, each broken citation listed
+as file:line.
 """
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ DEFINITION = re.compile(r"^[ \t#]*Note \[([^\]\n]+)\][ \t]*\n[ \t#]*~{4,}[ \t]*$
 # The start of a line a citation may continue on: a comment's #, a diagram's bar, a quote.
 PREFIX = re.compile(r"^[ \t]*(?:#+|│|>+)?", re.M)
 FILE = r"(?:``|`)?([\w./-]+\.(?:py|md))"
-# "Note [<title>]", optionally "in <file>" or, in a Markdown table, "| <file>".
-NOTE = re.compile(r"\bNote\s+\[([^\]]+)\](?:(?:\s+in\s+|\s*\|\s*)" + FILE + r")?")
+# "Note [<title>]", optionally with the file it is read in right after it: "in <file>",
+# "(<file>", ", <file>" or, in a Markdown table, "| <file>".
+NOTE = re.compile(r"\bNote\s+\[([^\]]+)\](?:(?:\s+in\s+|\s*\|\s*|\s*\(\s*|,\s*)" + FILE + r")?")
 # "Notes [A], [B] and [C]", optionally "in <file>".
 NOTES = re.compile(r"\bNotes\s+((?:\[[^\]]+\](?:\s*,\s*(?:and\s+)?|\s+and\s+)?)+)(?:\s*in\s+" + FILE + r")?")
 TITLE = re.compile(r"\[([^\]]+)\]")
