@@ -355,7 +355,7 @@ def _modified_error(node: "Node", t: "Tensor", expected: int) -> RuntimeError:
 
 
 def pack_saved(node: "Node", tensors: Sequence["Tensor | None"]) -> None:
-    """The one choke point every saved tensor passes through (STYLE.md habit 5).
+    """The one choke point every saved tensor passes through (backward sees only what forward saved).
 
     Records each tensor's version so a later in-place change is caught at unpack; runs the
     innermost ``saved_tensors_hooks`` pack function when one is active on this thread.

@@ -16,7 +16,7 @@ returns. A stray wake-up left in a queue is harmless: it is popped and ignored.
 
 Note [No future in the GraphTask]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-DESIGN.md gives every GraphTask a ``concurrent.futures.Future``; it has none, on purpose. The
+PyTorch's GraphTask carries a future (``future_result_``); this one has none, on purpose. The
 only thread that ever waits for a GraphTask is the one driving its loop (the caller, or for a
 reentrant child past the depth limit the parent, which waits for the pool thread to *leave* the
 queue: Note [Reentrant backward] in engine/executor.py), and that thread already tests ``done``

@@ -2,7 +2,8 @@
 
 Note [Op definitions]
 ~~~~~~~~~~~~~~~~~~~~~
-An op is one function and one Node subclass side by side in one module (STYLE.md habit 1):
+An op is one function and one Node subclass side by side in one module (forward and backward
+in one place, registered in one table that tests and docs enumerate):
 the function computes the forward on arrays (``x._data``, through ``x.device.xp`` only) and,
 when :func:`needs_grad` says so, calls :func:`record` with the node, the inputs and what the
 backward must save (one-output ops with one or two inputs: :func:`record_unary` /

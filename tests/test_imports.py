@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PARTS = ("engine", "ops", "devices")
 BARE = re.compile(r"^\s*(?:>>> |\.\.\. )?(?:import\s+(?:engine|ops|devices)\b|from\s+(?:engine|ops|devices)\b[\w.]*\s+import)")
-# The modules of engine/ built from ops: they sit above it (DESIGN.md's dependency direction).
+# The modules of engine/ built from ops: they sit above it (docs/architecture.md's dependency direction).
 ABOVE_OPS = {"function.py", "checkpoint.py"}
 
 

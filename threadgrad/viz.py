@@ -6,8 +6,8 @@ a leaf that requires grad is drawn as its ``AccumulateGrad`` node plus a light b
 its shape and dtype (and its name, bold, when it is one of ``params``); the tensors drawn
 from are green boxes; with ``show_saved=True``, each value a node saved for backward is an
 orange box (shape, dtype, device) joined to it by a dashed edge. Edges go the way the forward
-ran (an op's inputs point at it). The walk is iterative (STYLE.md: nothing recurses over the
-graph), and stops with ValueError past ``max_nodes``.
+ran (an op's inputs point at it). The walk is iterative (nothing in threadgrad recurses over
+the graph, so any depth draws), and stops with ValueError past ``max_nodes``.
 
 ``make_dot`` returns a ``graphviz.Digraph``: its ``.source`` is the DOT text (no Graphviz
 program needed); ``.render(...)`` / ``.pipe(...)`` need Graphviz's ``dot`` (Debian's

@@ -1,4 +1,4 @@
-"""Run the docstring examples of every module of the package (STYLE.md habit 10)."""
+"""Run the docstring examples of every module of the package (public docstrings carry runnable ones)."""
 from __future__ import annotations
 
 import doctest

@@ -313,7 +313,7 @@ def _lock_sites() -> set[tuple[str, str]]:
     sites: set[tuple[str, str]] = set()
 
     def walk(rel: str, node: ast.AST, where: list) -> None:
-        # (a walk over a source file's syntax tree, not over a graph: STYLE.md's rule is the graph's)
+        # (a walk over a source file's syntax tree, not over a graph: the no-recursion rule is the graph's)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 walk(rel, child, where + [(child.name, isinstance(child, ast.ClassDef))])
