@@ -2,8 +2,8 @@
 
 Original: karpathy/nanoGPT, ``model.py`` (MIT), unchanged but for its import lines
 (``torch`` -> ``threadgrad``): ``LayerNorm`` over ``F.layer_norm``, causal self-attention
-(threadgrad has no ``F.scaled_dot_product_attention``, so the model takes its own fallback:
-``masked_fill`` on a ``tril`` buffer and ``F.softmax``), ``nn.ModuleDict``/``ModuleList``,
+through ``F.scaled_dot_product_attention`` (the model's own fallback, ``masked_fill`` on a
+``tril`` buffer and ``F.softmax``, runs where a threadgrad lacks it), ``nn.ModuleDict``/``ModuleList``,
 weight tying, ``self.apply(self._init_weights)`` with ``nn.init``, AdamW parameter groups in
 ``configure_optimizers``, ``generate`` with ``topk`` and ``multinomial``. ``from_pretrained``
 needs Hugging Face's transformers and is not exercised.

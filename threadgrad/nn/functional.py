@@ -12,17 +12,18 @@ NotImplementedError naming the argument, rather than being ignored.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
 from .. import ops
-from ..engine.tensor import Tensor
+from ..engine.tensor import Tensor, _wrap
 from ..ops.nn import one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
-           "l1_loss", "linear", "conv2d", "dropout", "one_hot",
+           "l1_loss", "linear", "conv2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
-           "bilinear", "layer_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "bilinear", "scaled_dot_product_attention", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -184,9 +185,9 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # The functions below have no op (and no node) of their own: each is a few existing ops, so
 # its backward, double backward and device rules come from those ops. They compute torch's
-# values; where torch has a fused kernel (layer_norm, nll_loss, embedding) the graph here has
-# more nodes. An op of its own for each, with its registry samples, is issue 30's and 32's
-# later work (ops/ is being restructured first).
+# values; where torch has a fused kernel (nll_loss, embedding, scaled_dot_product_attention)
+# the graph here has more nodes. An op of its own for each, with its registry samples, is
+# issue 30's and 32's later work (ops/ is being restructured first).
 
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y[..., k] = input1 @ weight[k] @ input2 + bias[k]``, ``weight`` of shape
@@ -214,6 +215,66 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
     """Normalize over the last ``len(normalized_shape)`` dims (biased variance), then scale by
     ``weight`` and shift by ``bias``, as ``torch.nn.functional.layer_norm``."""
     return ops.layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """``softmax(query @ key^T * scale + bias) @ value`` over the last two dims, as torch 2.13's
+    ``F.scaled_dot_product_attention``: ``scale`` defaults to ``1/sqrt(E)``; ``is_causal``
+    lets position i attend to positions j <= i (top-left aligned when L != S); a boolean
+    ``attn_mask`` says where attention may go (True: allowed; with ``is_causal`` both must
+    allow), a float one is added to the scores; a row with nowhere to attend gives zeros (and
+    zero gradients), as torch's; dropout with probability ``dropout_p`` on the weights whenever
+    ``dropout_p > 0`` (torch applies it regardless of a module's training flag: pass 0 in
+    eval, as nanoGPT does); ``enable_gqa`` repeats each key/value head for its group of query
+    heads. A composition of ops (Note [Composite functionals])."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be Tensor, not {type(t).__name__}")
+    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        if key.shape[-3] == 0 or query.shape[-3] % key.shape[-3] or value.shape[-3] != key.shape[-3]:
+            raise RuntimeError(f"scaled_dot_product_attention: with enable_gqa, the query's {query.shape[-3]} heads "
+                               f"must be a multiple of the key's and value's ({key.shape[-3]}, {value.shape[-3]})")
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = _repeat_heads(key, groups), _repeat_heads(value, groups)
+    factor = 1.0 / math.sqrt(E) if scale is None else scale
+    scores = ops.mul(ops.matmul(query, ops.transpose(key, -2, -1)), factor)
+    dev, xp = query.device, query.device.xp
+    allowed = xp.tril(xp.ones((L, S), dtype=bool)) if is_causal else None
+    if attn_mask is not None:
+        if attn_mask.dtype == bool:
+            allowed = attn_mask._data if allowed is None else allowed & attn_mask._data
+        else:
+            scores = ops.add(scores, attn_mask)
+    if allowed is not None:
+        scores = ops.where(_constant(allowed, dev), scores, -math.inf)
+    if attn_mask is not None:
+        # A row with nowhere to attend (all -inf) would be 0/0 in softmax; torch gives zeros.
+        # Its scores are replaced by zeros (a uniform softmax, finite) and its weights zeroed.
+        # (Only an explicit mask can empty a row: a causal row always keeps position 0.)
+        dead = scores._data.max(axis=-1, keepdims=True) == -math.inf
+        scores = ops.where(_constant(dead, dev), 0.0, scores)
+        weights = ops.mul(ops.softmax(scores, -1), _constant(~dead, dev))
+    else:
+        weights = ops.softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = ops.dropout(weights, dropout_p, True)
+    return ops.matmul(weights, value)
+
+
+def _constant(array: Any, device: Any) -> Tensor:
+    """A constant tensor (no gradient) over ``array``, which already lives on ``device``."""
+    return _wrap(array, device)
+
+
+def _repeat_heads(t: Tensor, groups: int) -> Tensor:
+    """``t.repeat_interleave(groups, dim=-3)``: each head ``groups`` times, in place."""
+    shape = tuple(t.shape)
+    lead, heads = shape[:-3], shape[-3]
+    expanded = ops.expand(ops.unsqueeze(t, -3), lead + (heads, groups) + shape[-2:])
+    return ops.reshape(expanded, lead + (heads * groups,) + shape[-2:])
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
