@@ -1,6 +1,7 @@
 """``tg.nn``'s module classes, one file per kind as torch/nn/modules/."""
 from __future__ import annotations
 
+from .attention import MultiheadAttention
 from .activation import (ELU, GELU, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, ReLU, ReLU6, Sigmoid, SiLU,
                          Softmax, Softplus, Tanh)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -15,5 +16,6 @@ from .sparse import Embedding
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear",
            "Bilinear", "Flatten", "Unflatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Softplus", "Softmax", "LogSoftmax",
            "SiLU", "LeakyReLU", "ELU", "Hardtanh", "ReLU6", "Mish", "LogSigmoid", "Dropout", "Embedding", "LayerNorm",
+           "MultiheadAttention",
            "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
            "KLDivLoss"]
