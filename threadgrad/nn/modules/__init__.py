@@ -12,10 +12,13 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDi
 from .module import Module
 from .normalization import LayerNorm
 from .sparse import Embedding
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear",
            "Bilinear", "Flatten", "Unflatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Softplus", "Softmax", "LogSoftmax",
            "SiLU", "LeakyReLU", "ELU", "Hardtanh", "ReLU6", "Mish", "LogSigmoid", "Dropout", "Embedding", "LayerNorm",
-           "MultiheadAttention",
+           "MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+           "TransformerDecoderLayer",
            "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
            "KLDivLoss"]
