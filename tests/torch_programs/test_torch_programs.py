@@ -47,9 +47,14 @@ NANOGPT_SMALL = (("batch_size = 64", "batch_size = 4"), ("block_size = 256", "bl
                  ("n_layer = 6", "n_layer = 2"), ("dropout = 0.2", "dropout = 0.0"),
                  ("max_new_tokens = 500", "max_new_tokens = 20"), ("learning_rate = 1e-3 #", "learning_rate = 1e-2 #"))
 PROGRAMS.append(("nanogpt_train_char", NANOGPT_SMALL, (), 20, 1e-5))
+# pytorch/examples' MNIST CNN on 96 training images in batches of 16 (6 steps); its dropout draws
+# masks from each library's own generator, so it is off where runs are compared
+PROGRAMS.append(("mnist_cnn", (("slice(0, 1500)", "slice(0, 96)"), ("nn.Dropout(0.25)", "nn.Dropout(0.0)"),
+                               ("nn.Dropout(0.5)", "nn.Dropout(0.0)")),
+                 ("--epochs", "1", "--batch-size", "16", "--log-interval", "2"), 6, 1e-5))
 IDS = [p[0] for p in PROGRAMS]
 SIBLINGS = {"nanogpt_train_char": ("nanogpt_model",)}  # modules a program imports from its folder
-NEEDS_SKLEARN = {"vae", "mnist_forward_forward"}  # their data is scikit-learn's digits (the examples extra)
+NEEDS_SKLEARN = {"vae", "mnist_forward_forward", "mnist_cnn"}  # their data is scikit-learn's digits (the examples extra)
 
 
 def _printed_losses(stdout: str) -> list:

@@ -16,14 +16,16 @@ import math
 import warnings
 from typing import Any
 
+import numpy
+
 from .. import ops
 from ..engine.tensor import Tensor, _wrap
-from ..ops.nn import one_hot, squared_error, warn_broadcast
+from ..ops.nn import _im2col, one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
            "l1_loss", "linear", "conv2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
-           "bilinear", "scaled_dot_product_attention", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "bilinear", "scaled_dot_product_attention", "max_pool2d", "avg_pool2d", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -275,6 +277,122 @@ def _repeat_heads(t: Tensor, groups: int) -> Tensor:
     lead, heads = shape[:-3], shape[-3]
     expanded = ops.expand(ops.unsqueeze(t, -3), lead + (heads, groups) + shape[-2:])
     return ops.reshape(expanded, lead + (heads * groups,) + shape[-2:])
+
+
+def _pool_args(name: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> tuple:
+    def pair(v: Any, what: str) -> tuple:
+        p = (v, v) if isinstance(v, int) else tuple(v)
+        if len(p) == 1:
+            p = (p[0], p[0])
+        if len(p) != 2 or not all(isinstance(i, int) for i in p):
+            raise TypeError(f"{name}: {what} must be an int or a pair of ints, got {v!r}")
+        return p
+    k = pair(kernel_size, "kernel_size")
+    st = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else pair(stride, "stride")
+    pd, dl = pair(padding, "padding"), pair(dilation, "dilation")
+    if dl != (1, 1):
+        _unsupported(name, dilation=(dilation, 1))
+    if min(k) < 1 or min(st) < 1 or min(pd) < 0:
+        raise RuntimeError(f"{name}: kernel_size and stride must be positive and padding non-negative, got "
+                           f"kernel_size={k}, stride={st}, padding={pd}")
+    if pd[0] > k[0] // 2 or pd[1] > k[1] // 2:
+        bad = 0 if pd[0] > k[0] // 2 else 1
+        raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={pd[bad]}, "
+                           f"kernel_size={k[bad]} and dilation=1")
+    return k, st, pd
+
+
+def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    """torch's pooling output size: a last window that would start in the right padding is dropped."""
+    out = -(-(size + 2 * p - k) // s) + 1 if ceil_mode else (size + 2 * p - k) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _windows(x: Tensor, k: tuple, st: tuple, pd: tuple, out: tuple, fill: float) -> Tensor:
+    """``(N, C, kh*kw, OH*OW)``: each pooling window of ``x`` (N, C, H, W) as a column, the
+    padding (and, with ceil_mode, what the last windows hang over) filled with ``fill``."""
+    n, c, h, w = x.shape
+    right = (max(0, (out[0] - 1) * st[0] + k[0] - h - pd[0]), max(0, (out[1] - 1) * st[1] + k[1] - w - pd[1]))
+    if pd[0] or pd[1] or right[0] or right[1]:
+        def block(shape: tuple) -> Tensor:
+            return _constant(x.device.xp.full(shape, fill, dtype=x.dtype), x.device)
+        parts = [block((n, c, pd[0], w))] if pd[0] else []
+        x = ops.cat(parts + [x] + ([block((n, c, right[0], w))] if right[0] else []), dim=2)
+        hh = x.shape[2]
+        parts = [block((n, c, hh, pd[1]))] if pd[1] else []
+        x = ops.cat(parts + [x] + ([block((n, c, hh, right[1]))] if right[1] else []), dim=3)
+    geom = (n, c, x.shape[2], x.shape[3], k[0], k[1], st, (0, 0), out[0], out[1])
+    return ops.reshape(_im2col(x, geom), (n, c, k[0] * k[1], out[0] * out[1]))
+
+
+def _batched(name: str, input: Tensor) -> tuple:  # noqa: A002
+    if not isinstance(input, Tensor) or input.ndim not in (3, 4):
+        got = f"{input.ndim}-D" if isinstance(input, Tensor) else type(input).__name__
+        raise RuntimeError(f"{name}: Expected 3D or 4D (batch mode) tensor for input, got {got}")
+    return (ops.unsqueeze(input, 0), True) if input.ndim == 3 else (input, False)
+
+
+def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,  # noqa: A002
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """The maximum of each ``kernel_size`` window, as ``torch.nn.functional.max_pool2d``:
+    ``stride`` defaults to the kernel, ``padding`` (at most half the kernel) never wins,
+    ``ceil_mode`` keeps a last partial window, a NaN in a window is its maximum, and the
+    gradient goes to the first maximum of each window (row-major), as torch's.
+    ``return_indices``: also the position of each maximum in its input plane (H*W flattened).
+    A composition of ops (Note [Composite functionals])."""
+    k, st, pd = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    x, unbatched = _batched("max_pool2d", input)
+    n, c, h, w = x.shape
+    out = (_pool_out(h, k[0], st[0], pd[0], ceil_mode), _pool_out(w, k[1], st[1], pd[1], ceil_mode))
+    if out[0] < 1 or out[1] < 1:
+        raise RuntimeError(f"max_pool2d: Given input size: ({c}x{h}x{w}). Calculated output size: "
+                           f"({c}x{out[0]}x{out[1]}). Output size is too small")
+    values, where = ops.max(_windows(x, k, st, pd, out, -math.inf), dim=2)
+    result = ops.reshape(values, (n, c) + out)
+    if unbatched:
+        result = ops.squeeze(result, 0)
+    if not return_indices:
+        return result
+    xp = x.device.xp
+    local = where._data.reshape((n, c) + out)
+    rows = xp.arange(out[0]).reshape(-1, 1) * st[0] - pd[0] + local // k[1]
+    cols = xp.arange(out[1]).reshape(1, -1) * st[1] - pd[1] + local % k[1]
+    indices = _constant((rows * w + cols).astype("int64"), x.device)
+    return result, (ops.squeeze(indices, 0) if unbatched else indices)
+
+
+def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,  # noqa: A002
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """The mean of each ``kernel_size`` window, as ``torch.nn.functional.avg_pool2d``: zero
+    padding counted in the divisor unless ``count_include_pad=False``; with ``ceil_mode`` a
+    last partial window divides by the part inside the padded input, as torch's; a
+    ``divisor_override`` replaces every divisor. A composition of ops (Note [Composite
+    functionals])."""
+    k, st, pd = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    x, unbatched = _batched("avg_pool2d", input)
+    n, c, h, w = x.shape
+    out = (_pool_out(h, k[0], st[0], pd[0], ceil_mode), _pool_out(w, k[1], st[1], pd[1], ceil_mode))
+    if out[0] < 1 or out[1] < 1:
+        raise RuntimeError(f"avg_pool2d: Given input size: ({c}x{h}x{w}). Calculated output size: "
+                           f"({c}x{out[0]}x{out[1]}). Output size is too small")
+    total = ops.reshape(ops.sum(_windows(x, k, st, pd, out, 0.0), dim=2), (n, c) + out)
+    if divisor_override is not None:
+        result = ops.div(total, float(divisor_override))
+    else:
+        divisor = numpy.ones(out)  # torch's rule, per output position
+        for axis, (size, kk, ss, pp) in enumerate(zip((h, w), k, st, pd)):
+            start = numpy.arange(out[axis]) * ss - pp
+            end = numpy.minimum(start + kk, size + pp)
+            span = end - start
+            if not count_include_pad:
+                span = numpy.minimum(end, size) - numpy.maximum(start, 0)
+            divisor = divisor * (span.reshape(-1, 1) if axis == 0 else span.reshape(1, -1))
+        result = ops.div(total, _constant(x.device.xp.asarray(divisor.astype(x.dtype)), x.device))
+    return ops.squeeze(result, 0) if unbatched else result
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
