@@ -1,19 +1,24 @@
 """Training steps of real models, threadgrad beside torch on the same device, one run.
 
-One model code serves both libraries: ``gpt(lib, ...)`` builds a character-level GPT (nanoGPT's
-block: pre-LayerNorm, causal self-attention through ``masked_fill`` on a ``tril`` mask and
-``softmax``, a GELU MLP, weight tying) from ``lib.nn`` with ``lib`` either ``torch`` or
-``threadgrad``, so the two run the same ops. threadgrad's model starts from torch's initial
-weights (through ``state_dict``), and the first losses of the two are compared, so a wrong
-result shows up as a warning here, not as a speed.
+One model code serves both libraries, built from ``lib.nn`` with ``lib`` either ``torch`` or
+``threadgrad``, so the two run the same ops:
 
-A step is ``zero_grad(set_to_none=True)``, forward, ``F.cross_entropy``, ``backward()``,
-``clip_grad_norm_(1.0)``, ``AdamW.step()``; ``--steps`` steps, then one device synchronize, are
-one sample; samples of the backends interleave. Medians of ``--repeats`` samples after one
-warm-up sample. The mnist CNN of issue 32's item 8 waits for ``nn.Conv2d`` and is not here.
+* ``gpt``: a character-level GPT (nanoGPT's block: pre-LayerNorm, causal self-attention
+  through ``masked_fill`` on a ``tril`` mask and ``softmax``, a GELU MLP, weight tying); a step
+  is ``zero_grad(set_to_none=True)``, forward, ``F.cross_entropy``, ``backward()``,
+  ``clip_grad_norm_(1.0)``, ``AdamW.step()``;
+* ``cnn``: pytorch/examples' MNIST network (two ``Conv2d``, ``max_pool2d``, dropout, two
+  ``Linear``, ``log_softmax``) on 28x28 images, ``F.nll_loss``, ``Adadelta`` (its dropout on:
+  the losses are compared with dropout off, in a separate run of the first steps).
 
-Run: ``python benchmarks/models.py`` (cpu; add ``--device cuda`` for the GPU, where it needs
-cupy and torch's cuda build). Writes results/models.md.
+threadgrad's model starts from torch's initial weights (through ``state_dict``), and the
+first losses of the two are compared, so a wrong result shows up as a warning here, not as a
+speed. ``--steps`` steps, then one device synchronize, are one sample; samples of the
+backends interleave. Medians of ``--repeats`` samples after 3 warm-up steps.
+
+Run: ``python benchmarks/models.py`` (cpu, both models; ``--model gpt`` or ``cnn`` for one;
+``--device cuda`` for the GPU, where it needs cupy and torch's cuda build). Writes
+results/models_<device>.md.
 """
 from __future__ import annotations
 
@@ -86,6 +91,69 @@ def gpt(lib: Any, vocab: int, block: int, n_embd: int, n_head: int, n_layer: int
     return GPT()
 
 
+def cnn(lib: Any, dropout: bool = True) -> Any:
+    """pytorch/examples' MNIST network (examples/torch_programs/mnist_cnn.py), written against ``lib``."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 32, 3, 1)
+            self.conv2 = nn.Conv2d(32, 64, 3, 1)
+            self.dropout1 = nn.Dropout(0.25 if dropout else 0.0)
+            self.dropout2 = nn.Dropout(0.5 if dropout else 0.0)
+            self.fc1 = nn.Linear(9216, 128)
+            self.fc2 = nn.Linear(128, 10)
+
+        def forward(self, x: Any, target: Any) -> Any:
+            x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+            x = F.relu(self.fc1(lib.flatten(self.dropout1(x), 1)))
+            return F.nll_loss(F.log_softmax(self.fc2(self.dropout2(x)), dim=1), target)
+
+    return Net()
+
+
+class CnnProgram:
+    """The MNIST CNN's training step of one library on one device."""
+
+    def __init__(self, lib: Any, device: str, args: argparse.Namespace, init: dict | None,
+                 dropout: bool = True) -> None:
+        self.lib, self.device = lib, device
+        self.name = f"{lib.__name__} {device}"
+        lib.manual_seed(0)
+        model = cnn(lib, dropout)
+        if init is not None:
+            model.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+        self.model = model.to(device)
+        self.opt = lib.optim.Adadelta(self.model.parameters(), lr=1.0)
+        rng = numpy.random.default_rng(4)
+        self.x = lib.tensor(rng.standard_normal((args.cnn_batch, 1, 28, 28)).astype(numpy.float32), device=device)
+        self.y = lib.tensor(rng.integers(0, 10, size=args.cnn_batch), device=device)
+        self.losses: list[float] = []
+
+    def state(self) -> dict:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def step(self, keep_loss: bool = False) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.model(self.x, self.y)
+        loss.backward()
+        self.opt.step()
+        if keep_loss:
+            self.losses.append(float(loss.item()))
+
+    def sync(self) -> None:
+        _sync(self.lib, self.device)
+
+
+def _sync(lib: Any, device: str) -> None:
+    if device == "cuda":
+        if lib.__name__ == "torch":
+            lib.cuda.synchronize()
+        else:
+            threadgrad.devices.get("cuda").synchronize()
+
+
 class Program:
     """The GPT training step of one library on one device."""
 
@@ -117,11 +185,7 @@ class Program:
             self.losses.append(float(loss.item()))
 
     def sync(self) -> None:
-        if self.device == "cuda":
-            if self.lib.__name__ == "torch":
-                self.lib.cuda.synchronize()
-            else:
-                threadgrad.devices.get("cuda").synchronize()
+        _sync(self.lib, self.device)
 
 
 def measure(programs: list[Program], args: argparse.Namespace) -> dict[str, float]:
@@ -141,10 +205,25 @@ def measure(programs: list[Program], args: argparse.Namespace) -> dict[str, floa
     return {k: median(v) * 1e3 for k, v in samples.items()}  # ms per step
 
 
+def _report(title: str, config: str, programs: list, ms: dict, args: argparse.Namespace, checked: list) -> list[str]:
+    lines = [f"## {title}", "", config, ""]
+    lines.append(markdown_table(["backend", "ms / step"], [[name, fmt(v)] for name, v in ms.items()]))
+    if len(programs) == 2:
+        ours, theirs = programs
+        lines += ["", f"threadgrad / torch: {ms[ours.name] / ms[theirs.name]:.2f}x (above 1: threadgrad slower)"]
+        a, b = checked
+        lines.append(f"first {len(a)} losses, threadgrad vs torch from the same weights: "
+                     + ", ".join(f"{x:.5f}/{y:.5f}" for x, y in zip(a, b)))
+        if max(abs(x - y) for x, y in zip(a, b)) > 1e-3:
+            lines.append("WARNING: the losses differ between threadgrad and torch")
+    return lines + [""]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--quick", action="store_true", help="a smaller model, 3 repeats")
+    ap.add_argument("--model", default="all", choices=("all", "gpt", "cnn"))
+    ap.add_argument("--quick", action="store_true", help="smaller models, 3 repeats")
     ap.add_argument("--no-torch", action="store_true", help="leave out torch even if it is installed")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
@@ -153,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = args.steps or (2 if args.quick else 5)
     args.vocab, args.block, args.batch = 65, 64, (8 if args.quick else 32)
     args.n_embd, args.n_head, args.n_layer = (64, 4, 2) if args.quick else (128, 4, 4)
+    args.cnn_batch = 16 if args.quick else 64
     if args.device == "cuda":
         try:
             threadgrad.devices.get("cuda")
@@ -164,32 +244,38 @@ def main(argv: list[str] | None = None) -> int:
     if torch is not None and args.device == "cuda" and not torch.cuda.is_available():
         torch = None
     t_start = time.perf_counter()
-    programs: list[Program] = []
-    init = None
-    if torch is not None:
-        programs.append(Program(torch, args.device, args, None))
-        init = programs[0].state()
-    programs.insert(0, Program(threadgrad, args.device, args, init))
-    ms = measure(programs, args)
-
-    n_params = sum(int(numpy.prod(p.shape)) for p in programs[0].model.parameters())
     lines = ["# Model training steps" + (" (--quick)" if args.quick else ""), ""]
-    lines.append(f"Character GPT (nanoGPT's block): {args.n_layer} layers, {args.n_head} heads, n_embd {args.n_embd}, "
-                 f"context {args.block}, vocabulary {args.vocab}, batch {args.batch}, {n_params:,} parameters, "
-                 "float32; AdamW, clip_grad_norm_(1.0); on " + args.device + ".")
-    lines.append("")
-    rows = [[name, fmt(v)] for name, v in ms.items()]
-    lines.append(markdown_table(["backend", "ms / step"], rows))
-    if torch is not None:
-        ours, theirs = programs[0], programs[1]
-        lines += ["", f"threadgrad / torch: {ms[ours.name] / ms[theirs.name]:.2f}x (above 1: threadgrad slower)"]
-        diffs = [abs(a - b) for a, b in zip(ours.losses, theirs.losses)]
-        lines.append(f"first {len(diffs)} losses, threadgrad vs torch from the same weights: "
-                     + ", ".join(f"{a:.5f}/{b:.5f}" for a, b in zip(ours.losses, theirs.losses)))
-        if max(diffs) > 1e-3:
-            lines.append("WARNING: the losses differ between threadgrad and torch")
+    if args.model in ("all", "gpt"):
+        programs: list = []
+        init = None
+        if torch is not None:
+            programs.append(Program(torch, args.device, args, None))
+            init = programs[0].state()
+        programs.insert(0, Program(threadgrad, args.device, args, init))
+        ms = measure(programs, args)
+        n_params = sum(int(numpy.prod(p.shape)) for p in programs[0].model.parameters())
+        config = (f"Character GPT (nanoGPT's block): {args.n_layer} layers, {args.n_head} heads, n_embd {args.n_embd}, "
+                  f"context {args.block}, vocabulary {args.vocab}, batch {args.batch}, {n_params:,} parameters, "
+                  f"float32; AdamW, clip_grad_norm_(1.0); on {args.device}.")
+        lines += _report("Transformer", config, programs, ms, args, [p.losses for p in programs])
+    if args.model in ("all", "cnn"):
+        programs = []
+        checked: list = []
+        if torch is not None:
+            # the losses from the same weights, dropout off (each library draws its own masks)
+            ref = CnnProgram(torch, args.device, args, None, dropout=False)
+            mine = CnnProgram(threadgrad, args.device, args, ref.state(), dropout=False)
+            for p in (ref, mine):
+                for _ in range(3):
+                    p.step(keep_loss=True)
+            checked = [mine.losses, ref.losses]
+            programs.append(CnnProgram(torch, args.device, args, None))
+        programs.insert(0, CnnProgram(threadgrad, args.device, args, programs[0].state() if programs else None))
+        ms = measure(programs, args)
+        config = (f"pytorch/examples' MNIST CNN (two Conv2d, max_pool2d, dropout, two Linear), batch {args.cnn_batch} "
+                  f"of 1x28x28, float32; nll_loss, Adadelta; on {args.device}.")
+        lines += _report("MNIST CNN", config, programs, ms, args, checked)
     lines += [
-        "",
         f"- Machine: {machine_summary()}.",
         f"- Median of {args.repeats} samples of {args.steps} steps after 3 warm-up steps, samples interleaved across "
         "backends; every sample ends with a device synchronize; cyclic GC off while timing.",
