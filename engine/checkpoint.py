@@ -39,8 +39,10 @@ from .graph import SavedHooked, _modified_error
 from .saved_hooks import saved_tensors_hooks
 from .tensor import Tensor
 
+# torch's words, name included: threadgrad's checkpoint is torch.utils.checkpoint's API, and a
+# program that matches the message (torch's own test does) finds it
 _REENTRANT_GRAD_MESSAGE = (
-    "When use_reentrant=True, threadgrad checkpoint is incompatible with .grad() or passing an `inputs` "
+    "When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad() or passing an `inputs` "
     "parameter to .backward(). To resolve this error, you can either set use_reentrant=False, or call "
     ".backward() without passing the `inputs` argument."
 )

@@ -83,7 +83,7 @@ def test_checkpoint_valid():
     model = MLP()
     input_var = randn(1, 100, requires_grad=True)
     out = engine.checkpoint_sequential(model.layers, 2, input_var, use_reentrant=True)
-    with pytest.raises(RuntimeError, match="threadgrad checkpoint is incompatible"):  # torch.utils.checkpoint in torch
+    with pytest.raises(RuntimeError, match="torch.utils.checkpoint is incompatible"):
         engine.grad(outputs=[out], grad_outputs=[engine.ones(1, 5, dtype=engine.float64)],
                     inputs=[input_var], create_graph=True)
 

@@ -462,7 +462,7 @@ def test_inplace_on_view_saved_output():
 def test_checkpoint_valid_reset_on_error():
     """Port of test_autograd.py TestAutograd.test_checkpoint_valid_reset_on_error."""
     a = randn(2, 2, requires_grad=True)
-    with pytest.raises(Exception, match="threadgrad checkpoint is incompatible"):  # torch.utils.checkpoint in torch
+    with pytest.raises(Exception, match="torch.utils.checkpoint is incompatible"):
         b = engine.checkpoint(ops.exp, a, use_reentrant=True).sum()
         engine.grad(b, (a,))
     c = engine.checkpoint(ops.exp, a, use_reentrant=True).sum()
