@@ -19,13 +19,15 @@ from typing import Any
 import numpy
 
 from .. import ops
+from ..engine.grad_mode import no_grad as _no_grad
 from ..engine.tensor import Tensor, _wrap
+from ..engine.versions import bump as _bump
 from ..ops.nn import _im2col, one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
            "l1_loss", "linear", "conv2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
-           "bilinear", "scaled_dot_product_attention", "max_pool2d", "avg_pool2d", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "bilinear", "scaled_dot_product_attention", "max_pool2d", "avg_pool2d", "batch_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -393,6 +395,47 @@ def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any
             divisor = divisor * (span.reshape(-1, 1) if axis == 0 else span.reshape(1, -1))
         result = ops.div(total, _constant(x.device.xp.asarray(divisor.astype(x.dtype)), x.device))
     return ops.squeeze(result, 0) if unbatched else result
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalize each channel (dim 1) over the batch and the other dims, as
+    ``torch.nn.functional.batch_norm``: with ``training``, by the batch's mean and biased
+    variance, updating the running statistics in place (``running = (1 - momentum) * running
+    + momentum * batch``, the variance unbiased there); otherwise by ``running_mean`` and
+    ``running_var``. A composition of ops (Note [Composite functionals])."""
+    if not isinstance(input, Tensor) or input.ndim < 2:
+        raise ValueError(f"batch_norm: expected an input of at least 2 dims (N, C, ...), got "
+                         f"{input.ndim if isinstance(input, Tensor) else type(input).__name__}")
+    c = input.shape[1]
+    dims = (0,) + tuple(range(2, input.ndim))
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    if training:
+        count = input.numel() // c if c else 0
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"torch.Size([{', '.join(str(n) for n in input.shape)}])")
+        mean = ops.mean(input, dims, keepdim=True)
+        centered = ops.sub(input, mean)
+        var = ops.mean(ops.mul(centered, centered), dims, keepdim=True)
+        with _no_grad():
+            for stat, value, scale in ((running_mean, mean, 1.0), (running_var, var, count / (count - 1))):
+                if stat is not None:
+                    batch = value._data.reshape(c) * scale
+                    stat._data[...] = (1 - momentum) * stat._data + momentum * batch.astype(stat.dtype)
+                    _bump(stat)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+        centered = ops.sub(input, ops.reshape(running_mean, shape))
+        var = ops.reshape(running_var, shape)
+    out = ops.div(centered, ops.sqrt(ops.add(var, eps)))
+    if weight is not None:
+        out = ops.mul(out, ops.reshape(weight, shape))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(bias, shape))
+    return out
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
