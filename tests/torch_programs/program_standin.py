@@ -32,7 +32,7 @@ PACKAGE = "_standin"
 SUBMODULES = ("nn", "nn.functional", "nn.init", "nn.utils", "optim", "optim.lr_scheduler", "utils", "utils.data",
               "autograd")
 RANDOM_FUNCTIONS = ("randn", "rand", "randint", "randperm", "randn_like", "rand_like", "multinomial", "normal")
-LAYERS = ("Linear", "Bilinear", "Embedding", "LayerNorm", "Conv2d")
+LAYERS = ("Linear", "Bilinear", "Embedding", "LayerNorm", "Conv2d", "LSTMCell")
 
 
 @dataclass

@@ -52,9 +52,14 @@ PROGRAMS.append(("nanogpt_train_char", NANOGPT_SMALL, (), 20, 1e-5))
 PROGRAMS.append(("mnist_cnn", (("slice(0, 1500)", "slice(0, 96)"), ("nn.Dropout(0.25)", "nn.Dropout(0.0)"),
                                ("nn.Dropout(0.5)", "nn.Dropout(0.0)")),
                  ("--epochs", "1", "--batch-size", "16", "--log-interval", "2"), 6, 1e-5))
+# pytorch/examples' time sequence prediction: 12 sine waves of 40 points, one LBFGS step (its
+# closure runs up to 20 times), 10 values predicted past the end
+PROGRAMS.append(("time_sequence_prediction", (("L = 1000", "L = 40"), ("N = 100", "N = 12"),
+                                              ("future = 1000", "future = 10")), ("--steps", "1"), 20, 1e-6))
 IDS = [p[0] for p in PROGRAMS]
 SIBLINGS = {"nanogpt_train_char": ("nanogpt_model",)}  # modules a program imports from its folder
-NEEDS_SKLEARN = {"vae", "mnist_forward_forward", "mnist_cnn"}  # their data is scikit-learn's digits (the examples extra)
+NEEDS_SKLEARN = {"vae", "mnist_forward_forward", "mnist_cnn"}
+NEEDS_MATPLOTLIB = {"time_sequence_prediction"}  # it plots each step (the examples extra)  # their data is scikit-learn's digits (the examples extra)
 
 
 def _printed_losses(stdout: str) -> list:
@@ -74,6 +79,8 @@ def test_runs_on_threadgrad_and_learns(name, replace, argv, steps, rtol):
     expected number of steps, and the loss falls."""
     if name in NEEDS_SKLEARN:
         pytest.importorskip("sklearn")
+    if name in NEEDS_MATPLOTLIB:
+        pytest.importorskip("matplotlib")
     run = run_program(name, tg, None, None, replace, argv, SIBLINGS.get(name, ()))
     losses = run.losses or _printed_losses(run.stdout)
     if steps:
@@ -91,6 +98,8 @@ def test_computes_what_torch_computes(name, replace, argv, steps, rtol):
     torch = pytest.importorskip("torch")
     if name in NEEDS_SKLEARN:
         pytest.importorskip("sklearn")
+    if name in NEEDS_MATPLOTLIB:
+        pytest.importorskip("matplotlib")
     torch.manual_seed(0)
     tape = Tape()
     expected = run_program(name, torch, "record", tape, replace, argv, SIBLINGS.get(name, ()))
