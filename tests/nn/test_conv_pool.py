@@ -101,3 +101,45 @@ def test_pooling_modules_and_errors_in_torchs_words():
         tg.nn.Conv2d(4, 4, 3, groups=2)(tg.randn(1, 4, 5, 5))
     with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
         tg.nn.Conv2d(3, 4, 3, groups=2)
+
+
+TRANSPOSED = [((2, 3, 5, 4), (3, 4, 3, 3), {}), ((2, 3, 5, 4), (3, 4, 4, 4), {"stride": 2, "padding": 1}),
+              ((1, 3, 3, 3), (3, 2, 3, 2), {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2)}),
+              ((3, 5, 5), (3, 2, 3, 3), {"stride": 2})]
+
+
+@pytest.mark.parametrize("xs,ws,kw", TRANSPOSED, ids=[str(k) for _, _, k in TRANSPOSED])
+def test_conv_transpose2d_matches_torch(xs, ws, kw):
+    rng = np.random.default_rng(0)
+    x0, w0, b0 = rng.standard_normal(xs), rng.standard_normal(ws), rng.standard_normal(ws[1])
+    got = []
+    for lib in (torch, tg):
+        x, w, b = (lib.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+        y = lib.nn.functional.conv_transpose2d(x, w, b, **kw)
+        (y * y).sum().backward()
+        got.append([y.detach().numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()])
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("args,kw", [((100, 32, 4, 1, 0), {"bias": False}), ((8, 4, 4, 2, 1), {}),
+                                     ((8, 4, 3), {"stride": 2, "output_padding": 1})])
+def test_conv_transpose2d_module_matches_torch(args, kw):
+    torch.manual_seed(0)
+    theirs, ours = torch.nn.ConvTranspose2d(*args, **kw).double(), tg.nn.ConvTranspose2d(*args, **kw).double()
+    assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: tg.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    x0 = np.random.default_rng(0).standard_normal((2, args[0], 3, 3))
+    np.testing.assert_allclose(ours(tg.tensor(x0)).detach().numpy(), theirs(torch.tensor(x0)).detach().numpy(),
+                               rtol=1e-10)
+    fan_in = ours.weight.shape[1] * ours.weight.shape[2] * ours.weight.shape[3]
+    assert np.abs(tg.nn.ConvTranspose2d(*args, **kw).weight.detach().numpy()).max() <= 1 / math.sqrt(fan_in)
+
+
+def test_conv_transpose2d_output_size_and_errors():
+    m = tg.nn.ConvTranspose2d(8, 4, 3, stride=2)
+    assert m(tg.randn(1, 8, 5, 5), output_size=(12, 12)).shape == (1, 4, 12, 12)
+    with pytest.raises(ValueError, match="requested an output size of"):
+        m(tg.randn(1, 8, 5, 5), output_size=(14, 14))
+    with pytest.raises(RuntimeError, match="output padding must be smaller than either stride or dilation"):
+        tg.nn.functional.conv_transpose2d(tg.randn(1, 2, 3, 3), tg.randn(2, 2, 3, 3), output_padding=1)

@@ -22,10 +22,10 @@ from .. import ops
 from ..engine.grad_mode import no_grad as _no_grad
 from ..engine.tensor import Tensor, _wrap
 from ..engine.versions import bump as _bump
-from ..ops.nn import _im2col, one_hot, squared_error, warn_broadcast
+from ..ops.nn import _col2im, _im2col, one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
-           "l1_loss", "linear", "conv2d", "dropout", "one_hot", "layer_norm",
+           "l1_loss", "linear", "conv2d", "conv_transpose2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
            "bilinear", "scaled_dot_product_attention", "max_pool2d", "avg_pool2d", "batch_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
@@ -279,6 +279,38 @@ def _repeat_heads(t: Tensor, groups: int) -> Tensor:
     lead, heads = shape[:-3], shape[-3]
     expanded = ops.expand(ops.unsqueeze(t, -3), lead + (heads, groups) + shape[-2:])
     return ops.reshape(expanded, lead + (heads * groups,) + shape[-2:])
+
+
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,  # noqa: A002
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    """The transposed 2-D convolution (the gradient of ``conv2d`` with respect to its input), as
+    ``torch.nn.functional.conv_transpose2d``: ``weight`` ``(C_in, C_out, kh, kw)``, output
+    ``(H - 1) * stride - 2 * padding + kh + output_padding``. Each input pixel's ``C_out*kh*kw``
+    contributions in one matrix product, then summed into the image (ops/nn.py's col2im, the
+    adjoint of conv2d's patch columns). No ``groups`` or ``dilation``."""
+    _unsupported("conv_transpose2d", groups=(groups, 1))
+    if dilation not in (1, (1, 1), [1, 1]):
+        _unsupported("conv_transpose2d", dilation=(dilation, 1))
+    st, pd, op = (tuple((v, v) if isinstance(v, int) else v) for v in (stride, padding, output_padding))
+    x, unbatched = (ops.unsqueeze(input, 0), True) if input.ndim == 3 else (input, False)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[0]:
+        raise RuntimeError(f"conv_transpose2d: expected input (N, C_in, H, W) and weight (C_in, C_out, kh, kw) with "
+                           f"equal C_in, got input {list(input.shape)} and weight {list(weight.shape)}")
+    if op[0] >= st[0] or op[1] >= st[1]:
+        raise RuntimeError("output padding must be smaller than either stride or dilation, but got "
+                           f"output_padding_height: {op[0]} output_padding_width: {op[1]} stride_height: {st[0]} "
+                           f"stride_width: {st[1]} dilation_height: 1 dilation_width: 1")
+    n, c_in, h, w = x.shape
+    c_out, kh, kw = weight.shape[1], weight.shape[2], weight.shape[3]
+    oh, ow = (h - 1) * st[0] - 2 * pd[0] + kh + op[0], (w - 1) * st[1] - 2 * pd[1] + kw + op[1]
+    if oh < 1 or ow < 1:
+        raise RuntimeError(f"conv_transpose2d: the output would be {oh}x{ow}")
+    cols = ops.matmul(ops.transpose(ops.reshape(weight, (c_in, c_out * kh * kw)), 0, 1),
+                      ops.reshape(x, (n, c_in, h * w)))  # (N, C_out*kh*kw, H*W)
+    out = _col2im(cols, (n, c_out, oh, ow, kh, kw, st, pd, h, w))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(bias, (1, c_out, 1, 1)))
+    return ops.squeeze(out, 0) if unbatched else out
 
 
 def _pool_args(name: str, kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> tuple:

@@ -82,3 +82,66 @@ class Conv2d(Module):
         if self.padding_mode != "zeros":
             s += f", padding_mode={self.padding_mode}"
         return s
+
+
+class ConvTranspose2d(Module):
+    """``ConvTranspose2d(in_channels, out_channels, kernel_size, stride=1, padding=0,
+    output_padding=0, groups=1, bias=True, dilation=1, padding_mode='zeros', device=None,
+    dtype=None)``: ``weight`` ``(in_channels, out_channels // groups, kh, kw)``, initialized as
+    torch's (kaiming_uniform_(a=sqrt(5)) over the fan of dim 1, the bias by the same fan);
+    ``forward(input, output_size=None)``. No ``groups`` or ``dilation`` (NotImplementedError)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+                 output_padding: Any = 0, groups: int = 1, bias: bool = True, dilation: Any = 1,
+                 padding_mode: str = "zeros", device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.padding = _pair(kernel_size), _pair(stride), _pair(padding)
+        self.output_padding, self.dilation = _pair(output_padding), _pair(dilation)
+        self.groups, self.padding_mode, self.transposed = groups, padding_mode, True
+        kw = {"device": device, "dtype": dtype}
+        self.weight = Parameter(creation.empty(in_channels, out_channels // groups, *self.kernel_size, **kw))
+        if bias:
+            self.bias = Parameter(creation.empty(out_channels, **kw))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    reset_parameters = Conv2d.reset_parameters  # the same rule, over this weight's fans (dim 1 is fan in)
+
+    def forward(self, input: Tensor, output_size: Any = None) -> Tensor:  # noqa: A002
+        output_padding = self.output_padding
+        if output_size is not None:
+            size = tuple(output_size)[-2:]
+            smallest = [(input.shape[-2 + d] - 1) * self.stride[d] - 2 * self.padding[d] + self.kernel_size[d]
+                        for d in range(2)]
+            output_padding = tuple(int(s - m) for s, m in zip(size, smallest))
+            for d in range(2):
+                if not 0 <= output_padding[d] < max(self.stride[d], self.dilation[d]):
+                    raise ValueError(f"requested an output size of {list(size)}, but valid sizes range from "
+                                     f"{smallest} to {[m + s - 1 for m, s in zip(smallest, self.stride)]} "
+                                     f"(for an input of {list(input.shape[-2:])})")
+        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, output_padding,
+                                  self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0, 0):
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
