@@ -74,9 +74,9 @@ from .engine import (Function, Tensor, arange, empty, empty_like, enable_grad, f
 from .engine.creation import get_rng_state, set_rng_state  # noqa: E402
 from .ops import *  # noqa: E402,F401,F403 - every op, flat, as torch.X
 from .ops import __all__ as _op_names  # noqa: E402
-from ._front import (as_tensor, contiguous, device, eq, from_numpy, ge, gt, is_floating_point, is_tensor,  # noqa: E402
-                     le, linspace, lt, masked_fill, mm, multinomial, ne, numel, rand_like, randint, randn_like,
-                     randperm, set_default_device, topk, tril, triu)
+from ._front import (as_tensor, chunk, contiguous, device, eq, from_numpy, ge, gt, index_select,  # noqa: E402
+                     is_floating_point, is_tensor, le, linspace, lt, masked_fill, mm, multinomial, narrow, ne, numel,
+                     rand_like, randint, randn_like, randperm, set_default_device, topk, tril, triu, unbind)
 from .serialization import load, save  # noqa: E402
 from ._generator import Generator  # noqa: E402
 from . import accelerator, autograd, cuda, nn, optim, utils  # noqa: E402

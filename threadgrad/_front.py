@@ -309,11 +309,146 @@ def ge(input: Tensor, other: Any) -> Tensor:  # noqa: A002
     return input >= other
 
 
+# --- Tensor methods that are existing ops under torch's names and signatures -------------
+
+def _dim(t: Tensor, dim: int) -> int:
+    n = max(t.ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
+def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple:  # noqa: A002
+    """``chunks`` pieces of ``input`` along ``dim`` (views), each ``ceil(size / chunks)`` long but
+    the last, so possibly fewer than ``chunks``, as ``torch.chunk``."""
+    from .ops import split
+
+    if not isinstance(chunks, int) or chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    size = input.shape[_dim(input, dim)]
+    return tuple(split(input, max(1, -(-size // chunks)), dim))
+
+
+def unbind(input: Tensor, dim: int = 0) -> tuple:  # noqa: A002
+    """The slices of ``input`` along ``dim``, that dim removed, as ``torch.unbind``."""
+    from .ops import getitem
+
+    d = _dim(input, dim)
+    return tuple(getitem(input, (slice(None),) * d + (i,)) for i in range(input.shape[d]))
+
+
+def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
+    """``input``'s ``length`` elements from ``start`` along ``dim`` (a view), as ``torch.narrow``."""
+    from .ops import getitem
+
+    d = _dim(input, dim)
+    size = input.shape[d]
+    if start < 0:
+        start += size
+    if not 0 <= start <= size or length < 0 or start + length > size:
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return getitem(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
+    """The entries of ``input`` along ``dim`` at the 1-D integer ``index``, as ``torch.index_select``."""
+    from .ops import getitem
+
+    if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype.kind not in "iu":
+        raise IndexError("index_select(): Index is supposed to be a vector of integers")
+    return getitem(input, (slice(None),) * _dim(input, dim) + (index,))
+
+
+def _repeat(self: Tensor, *sizes: Any) -> Tensor:
+    """``self`` tiled ``sizes`` times along each dim (leading new dims too), as ``Tensor.repeat``:
+    an expand over interleaved new dims, then a reshape (one copy)."""
+    from .ops import expand, reshape
+
+    if len(sizes) == 1 and not isinstance(sizes[0], int):
+        sizes = tuple(sizes[0])
+    if len(sizes) < self.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor")
+    shape = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
+    x = reshape(self, tuple(d for n in shape for d in (1, n)))
+    x = expand(x, tuple(d for r, n in zip(sizes, shape) for d in (r, n)))
+    return reshape(x, tuple(r * n for r, n in zip(sizes, shape)))
+
+
+def _new(fill: Any) -> Any:
+    def new(self: Tensor, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+            **_: Any) -> Tensor:
+        if len(size) == 1 and not isinstance(size[0], int):
+            size = tuple(size[0])
+        t = creation.full(size, 0 if fill is None else fill, dtype=dtype if dtype is not None else self.dtype,
+                          device=device if device is not None else self.device)
+        return t.requires_grad_() if requires_grad else t
+    return new
+
+
+def _new_full(self: Tensor, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    t = creation.full(tuple(size), fill_value, dtype=dtype if dtype is not None else self.dtype,
+                      device=device if device is not None else self.device)
+    return t.requires_grad_() if requires_grad else t
+
+
+def _new_tensor(self: Tensor, data: Any, *, dtype: Any = None, device: Any = None,
+                requires_grad: bool = False) -> Tensor:
+    if isinstance(data, Tensor):
+        data = data.detach().numpy()
+    return creation.tensor(data, dtype=dtype if dtype is not None else self.dtype,
+                           device=device if device is not None else self.device, requires_grad=requires_grad)
+
+
+def _fill_random(self: Tensor, kind: str, scale: float, shift: float, generator: Any) -> Tensor:
+    """Overwrite ``self`` in place with ``shift + scale * samples`` (float64 host samples from
+    ``generator`` or the global one, as nn.init draws them): as torch's in-place random fills,
+    refused on a leaf that requires grad while grad mode is on; recorded as a copy from a
+    constant, so no gradient reaches what ``self`` held before."""
+    from .engine.grad_mode import is_grad_enabled
+
+    if self.requires_grad and self.is_leaf and is_grad_enabled():
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    shape = tuple(self.shape)
+    host = generator._draw(kind, shape) if generator is not None else creation.random_array(kind, shape, numpy.float64)
+    return self.copy_(creation.tensor(shift + scale * host, dtype=self.dtype, device=self.device))
+
+
+def _uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Tensor:
+    return _fill_random(self, "uniform", b - a, a, generator)
+
+
+def _normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+    return _fill_random(self, "normal", std, mean, generator)
+
+
 def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
     add_methods({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
-             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge})
+             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+             "chunk": chunk, "unbind": unbind, "narrow": narrow, "index_select": index_select, "repeat": _repeat,
+             "new_zeros": _new(None), "new_ones": _new(1), "new_empty": _new(None), "new_full": _new_full,
+             "new_tensor": _new_tensor, "type_as": lambda self, other: self.to(other.dtype),
+             "nelement": lambda self: self.numel(), "element_size": lambda self: int(self.dtype.itemsize),
+             "is_contiguous": lambda self, memory_format=None: bool(self._data.flags.c_contiguous),
+             "unflatten": lambda self, dim, sizes: _unflatten(self, dim, sizes),
+             "uniform_": _uniform_, "normal_": _normal_})
+
+
+def _unflatten(self: Tensor, dim: int, sizes: Any) -> Tensor:
+    from .ops import reshape
+
+    d = _dim(self, dim)
+    sizes = tuple(sizes)
+    if -1 in sizes:
+        known = int(numpy.prod([s for s in sizes if s != -1]))
+        sizes = tuple(self.shape[d] // known if s == -1 else s for s in sizes)
+    if int(numpy.prod(sizes)) != self.shape[d]:
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
+                           f"({self.shape[d]}) in the input tensor")
+    return reshape(self, tuple(self.shape[:d]) + sizes + tuple(self.shape[d + 1:]))
 
 
 _bind_methods()
