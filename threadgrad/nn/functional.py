@@ -19,15 +19,17 @@ from typing import Any
 import numpy
 
 from .. import ops
+from ..engine.creation import random_array
 from ..engine.grad_mode import no_grad as _no_grad
 from ..engine.tensor import Tensor, _wrap
 from ..engine.versions import bump as _bump
 from ..ops.nn import _col2im, _im2col, one_hot, squared_error, warn_broadcast
 
 __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softmax", "cross_entropy", "mse_loss",
-           "l1_loss", "linear", "conv2d", "conv_transpose2d", "dropout", "one_hot", "layer_norm",
+           "l1_loss", "linear", "conv1d", "conv2d", "conv_transpose2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
-           "bilinear", "scaled_dot_product_attention", "max_pool2d", "avg_pool2d", "batch_norm", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "bilinear", "scaled_dot_product_attention", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
+           "dropout2d", "normalize", "cosine_similarity", "pairwise_distance", "pad", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -468,6 +470,185 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if bias is not None:
         out = ops.add(out, ops.reshape(bias, shape))
     return out
+
+
+def _single_to_pair(v: Any, fill: int) -> Any:
+    """A 1-d conv or pool argument as the 2-d one over a (…, 1, L) view: ``fill`` for the new dim."""
+    if isinstance(v, str):
+        return v
+    v = v if isinstance(v, int) else tuple(v)[0]
+    return (fill, v)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,  # noqa: A002
+           dilation: Any = 1, groups: int = 1) -> Tensor:
+    """1-D cross-correlation of ``input`` ``(N, C, L)`` (or ``(C, L)``) with ``weight`` ``(O, C, k)``:
+    conv2d over a height of 1, as ``torch.nn.functional.conv1d``."""
+    if dilation not in (1, (1,), [1]):
+        _unsupported("conv1d", dilation=(dilation, 1))
+    x = ops.unsqueeze(input, -2)
+    out = conv2d(x, ops.unsqueeze(weight, -2), bias, _single_to_pair(stride, 1), _single_to_pair(padding, 0), 1,
+                 groups)
+    return ops.squeeze(out, -2)
+
+
+def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,  # noqa: A002
+               ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """max_pool2d over a height of 1, as ``torch.nn.functional.max_pool1d``."""
+    out = max_pool2d(ops.unsqueeze(input, -2), _single_to_pair(kernel_size, 1),
+                     None if stride is None else _single_to_pair(stride, 1), _single_to_pair(padding, 0),
+                     _single_to_pair(dilation, 1), ceil_mode, return_indices)
+    if return_indices:
+        return ops.squeeze(out[0], -2), ops.squeeze(out[1], -2)
+    return ops.squeeze(out, -2)
+
+
+def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,  # noqa: A002
+               count_include_pad: bool = True) -> Tensor:
+    """avg_pool2d over a height of 1, as ``torch.nn.functional.avg_pool1d``."""
+    out = avg_pool2d(ops.unsqueeze(input, -2), _single_to_pair(kernel_size, 1),
+                     None if stride is None else _single_to_pair(stride, 1), _single_to_pair(padding, 0), ceil_mode,
+                     count_include_pad)
+    return ops.squeeze(out, -2)
+
+
+def _adaptive_matrix(size: int, out: int, dtype: Any) -> numpy.ndarray:
+    """(out, size): row i averages torch's adaptive window [floor(i*size/out), ceil((i+1)*size/out))."""
+    m = numpy.zeros((out, size), dtype=dtype)
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:  # noqa: A002
+    """The mean over torch's adaptive windows (window i of a size-S dim covers
+    ``[floor(i*S/out), ceil((i+1)*S/out))``), as ``torch.nn.functional.adaptive_avg_pool2d``;
+    ``None`` in ``output_size`` keeps that dim. Two matrix products with the averaging
+    matrices of the two dims."""
+    if not isinstance(input, Tensor) or input.ndim not in (3, 4):
+        raise RuntimeError("adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got "
+                           f"{input.ndim if isinstance(input, Tensor) else type(input).__name__}")
+    h, w = input.shape[-2:]
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    oh, ow = h if oh is None else oh, w if ow is None else ow
+    xp, dev = input.device.xp, input.device
+    rows = _constant(xp.asarray(_adaptive_matrix(h, oh, input.dtype)), dev)
+    cols = _constant(xp.asarray(_adaptive_matrix(w, ow, input.dtype).T), dev)
+    return ops.matmul(ops.matmul(rows, input), cols)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    """Zero whole channels (the last two dims of an (N, C, H, W) or (C, H, W) input) with
+    probability ``p``, scaling the rest by ``1/(1-p)``, as ``torch.nn.functional.dropout2d``."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if input.ndim not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will "
+                      "result in an error in a future release.", stacklevel=2)
+    shape = tuple(input.shape[:-2]) + (1, 1)
+    keep = random_array("uniform", shape, numpy.float64) >= p
+    mask = _constant(input.device.xp.asarray((keep / (1.0 - p) if p < 1 else keep * 0.0).astype(input.dtype)),
+                     input.device)
+    out = ops.mul(input, mask)
+    return _inplace(input, out) if inplace else out
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
+               eps: float = 1e-5) -> Tensor:
+    """Normalize each of ``num_groups`` groups of channels (dim 1) over the group and the other
+    dims, then scale and shift per channel, as ``torch.nn.functional.group_norm``."""
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {_torch_size(tuple(input.shape))} and num_groups={num_groups}")
+    x = ops.reshape(input, (n, num_groups, -1))
+    mean = ops.mean(x, 2, keepdim=True)
+    centered = ops.sub(x, mean)
+    var = ops.mean(ops.mul(centered, centered), 2, keepdim=True)
+    out = ops.reshape(ops.div(centered, ops.sqrt(ops.add(var, eps))), tuple(input.shape))
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = ops.mul(out, ops.reshape(weight, shape))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(bias, shape))
+    return out
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
+    """``input / max(||input||_p, eps)`` over ``dim``, as ``torch.nn.functional.normalize``."""
+    norm = ops.norm(input, p, dim, keepdim=True)
+    return ops.div(input, ops.clamp(norm, min=eps))
+
+
+def _clamped_norm(x: Tensor, dim: int, eps: float) -> Tensor:
+    """``||x||_2`` over ``dim`` whose value is clamped below at ``eps`` and whose gradient is the
+    unclamped norm's, as torch's cosine_similarity clamps under no_grad."""
+    norm = ops.norm(x, 2, dim, keepdim=True)
+    raw = norm._data
+    lift = _constant(norm.device.xp.maximum(raw, eps) - raw, norm.device)
+    return ops.add(norm, lift)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """``sum(x1/||x1|| * x2/||x2||)`` over ``dim``, each norm at least ``eps`` (the clamp not in
+    the gradient), after broadcasting, as ``torch.nn.functional.cosine_similarity``."""
+    if tuple(x1.shape) != tuple(x2.shape):
+        shape = numpy.broadcast_shapes(tuple(x1.shape), tuple(x2.shape))
+        x1, x2 = ops.expand(x1, shape), ops.expand(x2, shape)
+    return ops.sum(ops.mul(ops.div(x1, _clamped_norm(x1, dim, eps)), ops.div(x2, _clamped_norm(x2, dim, eps))), dim)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """``||x1 - x2 + eps||_p`` over the last dim, as ``torch.nn.functional.pairwise_distance``."""
+    return ops.norm(ops.add(ops.sub(x1, x2), eps), p, -1, keepdim=keepdim)
+
+
+def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
+    """Pad (or, with negative amounts, crop) the last ``len(pad) // 2`` dims, as
+    ``torch.nn.functional.pad``: ``pad`` pairs from the last dim backwards; ``mode`` constant
+    (``value``, 0 by default), reflect, replicate or circular (gathers along each dim)."""
+    pad = tuple(pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError("Padding length must be divisible by 2" if len(pad) % 2 else
+                         "Padding length should be less than or equal to two times the input dimension but got "
+                         f"padding length {len(pad)} and input of dimension {input.ndim}")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unsupported padding mode: {mode}")
+    if mode != "constant" and value not in (None, 0):
+        raise ValueError(f"Padding mode \"{mode}\" doesn't take in value argument.")
+    x = input
+    for k in range(len(pad) // 2):
+        d = input.ndim - 1 - k
+        left, right = pad[2 * k], pad[2 * k + 1]
+        size = x.shape[d]
+        if mode == "constant":
+            if left < 0 or right < 0:  # crop first
+                x = ops.getitem(x, (slice(None),) * d + (slice(max(-left, 0), size - max(-right, 0)),))
+                left, right = max(left, 0), max(right, 0)
+            blocks = []
+            for amount in (left, right):
+                shape = tuple(x.shape[:d]) + (amount,) + tuple(x.shape[d + 1:])
+                blocks.append(_constant(x.device.xp.full(shape, 0 if value is None else value, dtype=x.dtype),
+                                        x.device) if amount else None)
+            x = ops.cat([b for b in (blocks[0], x, blocks[1]) if b is not None], dim=d)
+            continue
+        if mode == "reflect" and (left >= size or right >= size):
+            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                               f"but got: padding ({left}, {right}) at dimension {d} of input {list(input.shape)}")
+        positions = numpy.arange(-left, size + right)
+        if mode == "replicate":
+            index = numpy.clip(positions, 0, size - 1)
+        elif mode == "circular":
+            index = positions % size
+        else:
+            period = 2 * (size - 1) if size > 1 else 1
+            folded = numpy.abs(positions) % period
+            index = numpy.where(folded >= size, period - folded, folded)
+        x = ops.getitem(x, (slice(None),) * d + (_constant(x.device.xp.asarray(index), x.device),))
+    return x
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002

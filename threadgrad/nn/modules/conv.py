@@ -145,3 +145,54 @@ class ConvTranspose2d(Module):
         if self.bias is None:
             s += ", bias=False"
         return s
+
+
+class Conv1d(Module):
+    """``Conv1d(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+    bias=True, padding_mode='zeros', device=None, dtype=None)``: ``weight`` ``(out_channels,
+    in_channels // groups, k)``, initialized as torch's; F.conv1d (conv2d over a height of 1)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+                 dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if groups <= 0:
+            raise ValueError("groups must be a positive integer")
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"Conv1d: threadgrad does not support padding_mode={padding_mode!r} "
+                                      "(only padding_mode='zeros'); see docs/porting.md")
+        def single(v: Any) -> tuple:
+            return (v,) if isinstance(v, int) else tuple(v)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = single(kernel_size), single(stride)
+        self.padding = padding if isinstance(padding, str) else single(padding)
+        self.dilation, self.groups, self.padding_mode = single(dilation), groups, padding_mode
+        self.transposed, self.output_padding = False, (0,)
+        kw = {"device": device, "dtype": dtype}
+        self.weight = Parameter(creation.empty(out_channels, in_channels // groups, *self.kernel_size, **kw))
+        if bias:
+            self.bias = Parameter(creation.empty(out_channels, **kw))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    reset_parameters = Conv2d.reset_parameters
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,):
+            s += f", padding={self.padding}"
+        if self.dilation != (1,):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s

@@ -11,7 +11,7 @@ from ...engine.tensor import Tensor
 from .. import functional as F
 from .module import Module
 
-__all__ = ["Dropout"]
+__all__ = ["Dropout", "Dropout2d"]
 
 
 class Dropout(Module):
@@ -30,3 +30,10 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zero whole channels with probability ``p`` (F.dropout2d) while ``self.training``."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.dropout2d(input, self.p, self.training, self.inplace)

@@ -54,3 +54,31 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.bias is not None}")
+
+
+class GroupNorm(Module):
+    """``GroupNorm(num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None, *,
+    bias=True)``: F.group_norm, ``weight`` ones and ``bias`` zeros of ``num_channels``, as torch's."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: Any = None, dtype: Any = None, *, bias: bool = True) -> None:
+        super().__init__()
+        if num_channels % num_groups != 0:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        if affine:
+            self.weight = Parameter(creation.ones(num_channels, device=device, dtype=dtype))
+            if bias:
+                self.bias = Parameter(creation.zeros(num_channels, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")

@@ -48,3 +48,46 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool1d(MaxPool2d):
+    """``MaxPool1d(kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+    ceil_mode=False)``."""
+
+    def forward(self, input: Tensor) -> Any:  # noqa: A002
+        return F.max_pool1d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+
+class AvgPool1d(Module):
+    """``AvgPool1d(kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True)``
+    (its arguments kept as 1-tuples, as torch's repr shows them)."""
+
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> None:
+        super().__init__()
+        def single(v: Any) -> tuple:
+            return (v,) if isinstance(v, int) else tuple(v)
+        self.kernel_size = single(kernel_size)
+        self.stride = single(stride if stride is not None else kernel_size)
+        self.padding, self.ceil_mode, self.count_include_pad = single(padding), ceil_mode, count_include_pad
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """``AdaptiveAvgPool2d(output_size)``: torch's adaptive windows (F.adaptive_avg_pool2d)."""
+
+    def __init__(self, output_size: Any) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
