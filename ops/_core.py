@@ -11,27 +11,52 @@ backward must save (one-output ops with one or two inputs: :func:`record_unary` 
 their result array to :func:`unary_result` / :func:`binary_result` instead, which make the
 output Tensor and do the grad-mode test and the recording in the same call (Note [Result
 makers] in engine/_record.py). The node's ``backward``
-is written with ops, never with raw arrays, so that under ``create_graph=True`` it records a
-graph of its own (double backward). It checks ``self.next_edges[i][0] is not None`` (the
+is written once, against a namespace that is the ops under ``create_graph=True`` (so that it
+records a graph of its own: double backward) and arrays otherwise (Note [First-order
+formulas]). It checks ``self.next_edges[i][0] is not None`` (the
 input needs a gradient) before computing one. ``@register`` puts the function in REGISTRY,
 which the test suite enumerates: an op without test samples fails the suite.
 
 Note [First-order formulas]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 Most backward calls record nothing: grad mode is off in backward unless ``create_graph=True``
-(the executor installs it per GraphTask). Then a formula written with ops pays, for every
-op it calls, the checks a user-facing op needs (operand types, devices, dtype promotion,
-``fit``) and a Tensor per intermediate: about 1.5 us of a 2-4 us node. So the hottest nodes
-(those a training step runs most) carry a second form of their formula, under
-``if not tls.grad_enabled``, that computes on the arrays (``self.saved_arrays()``, ``g._data``)
-and wraps only the gradients it returns, through :func:`grad_of` (which undoes broadcasting
-and dtype promotion as ``fit`` does, on arrays: :func:`sum_to_array`; ``fit`` itself takes that
-path when no graph is recorded). The ops form stays the definition and
-serves ``create_graph``. ``test_first_order_formulas_match_create_graph`` runs every op sample
-both ways and requires equal gradients, so neither form can drift from the other.
+(the executor installs it per GraphTask). A formula computed with ops would then pay, for
+every op it calls, the checks a user-facing op needs (operand types, devices, dtype
+promotion, ``fit``) and a Tensor per intermediate: about 1.5 us of a 2-4 us node. Yet under
+``create_graph`` the formula must be ops, so that it records a graph of its own.
+
+So each backward formula is written once, against a namespace ``F`` (as HIPS autograd gets
+first- and higher-order gradients from one VJP), and a node's ``backward`` starts by
+choosing it::
+
+    dev = g.device
+    if tls.grad_enabled:   # create_graph: the formula records a graph
+        F = OPS
+    else:                  # first order: the same formula on arrays
+        F, g = ARRAYS[dev.kernels], g._data
+
+:class:`OPS` holds the ops (each op module adds its own where it defines them). ``ARRAYS``
+gives, per device formula table, an :class:`Arrays` namespace: plain array operators and
+the table's entries (``mul``, ``tanh_grad`` ...: fused kernels on a GPU, Note [Fused kernels]
+in devices/_fused.py); where a table entry is a formula of several ops, OPS has it under the
+same name as one function of ops (``tanh_grad`` is ``tanh_backward``, which records a node
+of its own). Both namespaces also have ``F.saved(node)`` (``saved_tensors()`` or
+``saved_arrays()``) and three functions that make results gradients for an input on ``dev``:
+``F.wrap(r, dev)``, ``F.fit(r, shape, dtype, dev)`` (undo broadcasting and dtype promotion:
+``fit``, or :func:`grad_of` on arrays) and ``F.owned(r, dev, consumer)`` (a fresh array a leaf
+may adopt without a copy: Note [Gradient ownership] in engine/tensor.py); on OPS they return
+the Tensor, or ``fit`` it. The choice is written out in each node, not in a helper, because
+a call costs about 700 CPU instructions on nodes of 15,000-19,000 (benchmarks/instructions.py).
+
+Where arrays cannot mirror the ops bit for bit (mul's dtype promotion; a kernel that takes
+only float32/float64), the node adds that test to ``tls.grad_enabled``, and the ops compute
+the formula without recording. ``fit`` itself has such a cheaper branch (arrays when no
+graph is recorded). ``test_first_order_formulas_match_create_graph`` runs every op sample
+both ways and requires equal gradients, so the two namespaces cannot drift apart.
 """
 from __future__ import annotations
 
+import operator
 from numbers import Number
 from typing import Any, Callable, TypeVar
 
@@ -43,7 +68,7 @@ from ..engine import _state
 from ..engine._state import tls  # noqa: F401
 from ..engine.dtypes import CATEGORY, promoted, result_dtype  # noqa: F401 - re-exported for op modules
 from ..engine.graph import Node, set_retains_grad  # noqa: F401
-from ..engine.tensor import Tensor, WrappedNumber, _wrap
+from ..engine.tensor import Tensor, WrappedNumber, _wrap, owned_gradient
 from ..engine._locks import LOCKS  # read at use: See Note [Locks across fork] in engine/_locks.py
 
 REGISTRY: dict[str, Callable[..., Any]] = {}
@@ -254,6 +279,110 @@ def cast(data: Any, dtype: numpy.dtype) -> Any:
     return data if data.dtype == dtype else data.astype(dtype)
 
 
+def sign_array(d: Any, xp: Any) -> Any:
+    """torch's ``sgn``: -1, 0 or 1, and 0 at NaN (numpy's sign gives NaN there: a NaN input
+    to abs, l1_loss or norm(p=1) then got a NaN gradient where torch's is 0)."""
+    s = xp.sign(d)
+    if d.dtype.kind == "f":
+        s = xp.nan_to_num(xp.asarray(s), copy=False, nan=0.0)  # (in place: s is ours; 0-d: sign gave a scalar)
+    return s
+
+
 def const(data: Any, like: Tensor) -> Tensor:
     """A constant (no grad) tensor on ``like``'s device; arrays come from ``like.device.xp``."""
     return _wrap(data, like.device)
+
+
+# --- the formula namespaces: See Note [First-order formulas] -------------------------------
+#
+# Each namespace is a class used as it is (never instantiated) whose attributes are plain
+# functions: ``F.mul(...)`` on a class is one specialized lookup in CPython 3.11
+# (LOAD_METHOD_CLASS), where an instance attribute or a staticmethod costs a generic one.
+
+def _same(t: Any, *args: Any) -> Any:
+    return t
+
+
+def _fit_tensor(t: Tensor, shape: tuple, dtype: numpy.dtype, device: Any) -> Tensor:
+    return fit(t, shape, dtype)
+
+
+class OPS:
+    """The ops namespace of backward formulas: under ``create_graph`` a formula records a
+    graph with these. Each op module adds its own ops where it defines them (``OPS.mul = mul``)."""
+
+    saved = Node.saved_tensors  # (node)
+    wrap = _same                # (t, dev): t is already a Tensor
+    owned = _same               # (t, dev, consumer)
+    number = _same              # (c, like): an op takes a number as it is
+    fit = _fit_tensor           # (t, shape, dtype, dev)
+
+
+def _reshape_array(d: Any, shape: tuple) -> Any:
+    return d.reshape(shape)
+
+
+def _transpose_array(d: Any, dim0: int, dim1: int) -> Any:
+    return d.swapaxes(dim0, dim1) if d.ndim > 1 else d  # as transpose's forward
+
+
+def _permute_array(d: Any, dims: tuple) -> Any:
+    return d.transpose(dims)
+
+
+def _sum_array(d: Any, dims: Any) -> Any:
+    return d.sum(axis=dims)
+
+
+class Arrays:
+    """The arrays namespace of backward formulas: plain array operators, and functions that
+    make a formula's result arrays gradients. :func:`arrays_for` extends it with one device
+    formula table's entries (``mul``, ``tanh_grad`` ...: fused kernels on a GPU)."""
+
+    saved = Node.saved_arrays   # (node)
+    wrap = _wrap                # (d, dev)
+    owned = owned_gradient      # (d, dev, consumer): Note [Gradient ownership] in engine/tensor.py
+    fit = grad_of               # (d, shape, dtype, dev)
+    sum_to = sum_to_array
+    reshape = _reshape_array
+    transpose = _transpose_array
+    permute = _permute_array
+    sum = _sum_array  # noqa: A003 - the op's name (no keepdim: sum(g, dims))
+    t = operator.attrgetter("T")  # a matrix's transpose, as an attribute read (no Python frame)
+    sub = operator.sub
+    div = operator.truediv
+    neg = operator.neg
+    matmul = operator.matmul
+    pow = operator.pow  # noqa: A003 - the op's name
+
+
+class _ArraysByTable(dict):
+    """formula table -> its Arrays namespace, made on first use (:func:`arrays_for`)."""
+
+    def __missing__(self, kernels: Any) -> type:
+        space = self[kernels] = arrays_for(kernels)
+        return space
+
+
+ARRAYS: dict = _ArraysByTable()
+
+
+def arrays_for(kernels: Any) -> type:
+    """The Arrays namespace over the formula table ``kernels``: :class:`Arrays` and the
+    table's entries, and the functions that need the table's array module."""
+    xp = kernels.xp if kernels.fused else numpy  # the plain table serves the numpy devices
+
+    def expand(d: Any, shape: tuple) -> Any:
+        return d if d.shape == shape else broadcast_array(d, shape, xp)
+
+    def number(c: Any, like: Any) -> Any:  # as as_operand makes it: an array of like's dtype
+        return xp.asarray(c, dtype=like.dtype)
+
+    def sgn(d: Any) -> Any:
+        return sign_array(d, xp)
+
+    table = {name: getattr(kernels, name) for name in dir(kernels)
+             if not name.startswith("_") and name not in ("fused", "name", "xp")}
+    if xp is numpy:
+        table["sum"] = numpy.add.reduce  # what ndarray.sum calls, without its Python frame
+    return type(f"Arrays_{kernels.name}", (Arrays,), dict(table, xp=xp, expand=expand, number=number, sgn=sgn))

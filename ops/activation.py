@@ -10,7 +10,7 @@ from typing import Any
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (BOOL as _BOOL, OUTPUT, Node, check_tensor, const, dim_alias, normalize_dim, record, record_unary, register,
+from ._core import (ARRAYS, BOOL as _BOOL, OPS, OUTPUT, Node, check_tensor, const, dim_alias, normalize_dim, record, record_unary, register,
                     tls, unary_result)
 from .elementwise import add, erf, exp, mul, sub, tanh, where
 
@@ -26,12 +26,13 @@ class SigmoidBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.77 -> 1.62 us)
-            (yd,) = self.saved_arrays()
-            dev = g.device
-            return (_wrap(dev.kernels.sigmoid_grad(g._data, yd), dev),)  # Note [Fused kernels] in devices/_fused.py
-        (out,) = self.saved_tensors()
-        return (sigmoid_backward(g, out),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 1.77 -> 1.62 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.sigmoid_grad(g, y), dev),)  # sigmoid_backward on OPS; Note [Fused kernels] in devices/_fused.py
 
 
 class SigmoidBackwardBackward0(Node):
@@ -73,12 +74,13 @@ class ReluBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.68 -> 1.72 us)
-            (yd,) = self.saved_arrays()
-            dev = g.device
-            return (_wrap(dev.kernels.relu_grad(g._data, yd), dev),)  # g * (y > 0), as below
-        (out,) = self.saved_tensors()
-        return (threshold_backward(g, out),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 2.68 -> 1.72 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.relu_grad(g, y), dev),)  # g * (y > 0): threshold_backward on OPS
 
 
 class ThresholdBackwardBackward0(Node):
@@ -145,23 +147,40 @@ class GeluBackward0(Node):
     __slots__ = ("approximate",)
 
     def backward(self, g: Tensor) -> tuple:
+        # Arrays where the device's kernel takes the operands (a plain form on numpy too)
         dev = g.device
-        if not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py (a plain form on numpy too)
-            (xd,) = self.saved_arrays()
-            if g._data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.gelu_grad(g._data, xd, self.approximate), dev),)
-        (x,) = self.saved_tensors()
-        if self.approximate == "tanh":
-            x2 = mul(x, x)
-            t = tanh(mul(add(x, mul(mul(x2, x), _TANH_C)), _TANH_K))
-            # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
-            dt = mul(sub(1, mul(t, t)), add(mul(x2, 3 * _TANH_C * _TANH_K), _TANH_K))
-            d = mul(add(add(t, 1), mul(x, dt)), 0.5)
+        if tls.grad_enabled or not _kernel_takes(self, g):  # See Note [First-order formulas] in _core.py
+            F = OPS
         else:
-            cdf = mul(add(erf(mul(x, _SQRT1_2)), 1), 0.5)
-            pdf = mul(exp(mul(mul(x, x), -0.5)), _INV_SQRT_2PI)
-            d = add(cdf, mul(x, pdf))
-        return (mul(g, d),)
+            F, g = ARRAYS[dev.kernels], g._data
+        (x,) = F.saved(self)
+        return (F.wrap(F.gelu_grad(g, x, self.approximate), dev),)
+
+
+def _kernel_takes(node: Node, g: Tensor, fused_only: bool = False) -> bool:
+    """Whether the device's formula for ``node`` (gelu_grad, softplus_grad, softmax_grad) takes
+    ``g`` and the node's saved operand: one dtype, float32 or float64. ``fused_only``: a
+    formula only fused tables have (Note [Fused kernels] in devices/_fused.py)."""
+    if fused_only and not g.device.kernels.fused:
+        return False
+    (d,) = node.saved_arrays()
+    return g._data.dtype == d.dtype and d.dtype.name in _FLOATS
+
+
+def gelu_grad(g: Tensor, x: Tensor, approximate: str) -> Tensor:
+    """gelu's backward ``g * (Phi(x) + x * phi(x))`` (or its tanh form) with ops: the formula
+    tables' ``gelu_grad``."""
+    if approximate == "tanh":
+        x2 = mul(x, x)
+        t = tanh(mul(add(x, mul(mul(x2, x), _TANH_C)), _TANH_K))
+        # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
+        dt = mul(sub(1, mul(t, t)), add(mul(x2, 3 * _TANH_C * _TANH_K), _TANH_K))
+        d = mul(add(add(t, 1), mul(x, dt)), 0.5)
+    else:
+        cdf = mul(add(erf(mul(x, _SQRT1_2)), 1), 0.5)
+        pdf = mul(exp(mul(mul(x, x), -0.5)), _INV_SQRT_2PI)
+        d = add(cdf, mul(x, pdf))
+    return mul(g, d)
 
 
 @register
@@ -184,15 +203,22 @@ class SoftplusBackward0(Node):
     __slots__ = ("beta", "threshold")
 
     def backward(self, g: Tensor) -> tuple:
+        # Arrays where the device has a softplus kernel that takes the operands (none on numpy)
         dev = g.device
-        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
-            (xd,) = self.saved_arrays()
-            if g._data.dtype == xd.dtype and xd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.softplus_grad(g._data, xd, self.beta, self.threshold), dev),)
-        (x,) = self.saved_tensors()
-        bx = mul(x, self.beta)
-        linear = const(bx._data > self.threshold, x)
-        return (mul(g, where(linear, const(x.device.xp.ones((), dtype=g.dtype), g), sigmoid(bx))),)
+        if tls.grad_enabled or not _kernel_takes(self, g, fused_only=True):  # See Note [First-order formulas] in _core.py
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (x,) = F.saved(self)
+        return (F.wrap(F.softplus_grad(g, x, self.beta, self.threshold), dev),)
+
+
+def softplus_grad(g: Tensor, x: Tensor, beta: float, threshold: float) -> Tensor:
+    """softplus's backward ``g * sigmoid(beta x)`` (``g`` where ``beta x > threshold``) with
+    ops: the fused tables' ``softplus_grad``."""
+    bx = mul(x, beta)
+    linear = const(bx._data > threshold, x)
+    return mul(g, where(linear, const(x.device.xp.ones((), dtype=g.dtype), g), sigmoid(bx)))
 
 
 @register
@@ -222,15 +248,22 @@ class SoftmaxBackward0(Node):
     __slots__ = ("dim",)
 
     def backward(self, g: Tensor) -> tuple:
-        from .reduce import sum as _sum
-
+        # Arrays where the device has a softmax kernel that takes the operands (none on numpy)
         dev = g.device
-        if dev.kernels.fused and not tls.grad_enabled:  # Note [Fused kernels] in devices/_fused.py
-            (yd,) = self.saved_arrays()
-            if g._data.dtype == yd.dtype and yd.dtype.name in _FLOATS:
-                return (_wrap(dev.kernels.softmax_grad(g._data, yd, self.dim), dev),)
-        (out,) = self.saved_tensors()
-        return (mul(out, sub(g, _sum(mul(g, out), self.dim, keepdim=True))),)
+        if tls.grad_enabled or not _kernel_takes(self, g, fused_only=True):  # See Note [First-order formulas] in _core.py
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.softmax_grad(g, y, self.dim), dev),)
+
+
+def softmax_grad(g: Tensor, y: Tensor, dim: Any) -> Tensor:
+    """softmax's backward from its output ``y``, ``y * (g - sum(g * y, dim))``, with ops: the
+    fused tables' ``softmax_grad``."""
+    from .reduce import sum as _sum
+
+    return mul(y, sub(g, _sum(mul(g, y), dim, keepdim=True)))
 
 
 @register
@@ -260,14 +293,21 @@ class LogSoftmaxBackward0(Node):
     __slots__ = ("dim",)
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 7.97 -> 3.25 us)
-            (yd,) = self.saved_arrays()
-            dev = g.device  # Note [Fused kernels] in devices/_fused.py
-            return (_wrap(dev.kernels.log_softmax_grad(g._data, yd, self.dim, dev.xp), dev),)
-        from .reduce import sum as _sum
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays, (8, 16): 7.97 -> 3.25 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.log_softmax_grad(g, y, self.dim, dev.xp), dev),)  # Note [Fused kernels] in devices/_fused.py
 
-        (out,) = self.saved_tensors()
-        return (sub(g, mul(exp(out), _sum(g, self.dim, keepdim=True))),)
+
+def log_softmax_grad(g: Tensor, y: Tensor, dim: Any, xp: Any = None) -> Tensor:
+    """log_softmax's backward from its output ``y``, ``g - exp(y) * sum(g, dim)``, with ops: the
+    formula tables' ``log_softmax_grad`` (whose ``xp`` an op has no use for)."""
+    from .reduce import sum as _sum
+
+    return sub(g, mul(exp(y), _sum(g, dim, keepdim=True)))
 
 
 @register
@@ -291,3 +331,8 @@ def log_softmax(x: Tensor, dim: Any = None, *, axis: Any = None) -> Tensor:
         node.dim = d if x.ndim else None
         record_unary(node, x, out, out)
     return out
+
+
+# The formula namespaces' names for these ops: See Note [First-order formulas] in _core.py.
+OPS.sigmoid_grad, OPS.relu_grad, OPS.gelu_grad = sigmoid_backward, threshold_backward, gelu_grad
+OPS.softplus_grad, OPS.softmax_grad, OPS.log_softmax_grad = softplus_grad, softmax_grad, log_softmax_grad

@@ -14,9 +14,9 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (BOOL, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor, const,
-                    device_error, fit, grad_of, promoted, record, record_binary, record_unary, register, result_dtype,
-                    tls, unary_result)
+from ._core import (ARRAYS, BOOL, OPS, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor,
+                    const, device_error, fit, promoted, record, record_binary, record_unary, register,
+                    result_dtype, sign_array, tls, unary_result)
 
 
 class _Binary(Node):
@@ -109,18 +109,16 @@ class MulBackward0(_Binary):
 
     def backward(self, g: Tensor) -> tuple:
         ea, eb = self.next_edges
-        gd = g._data
-        # See Note [First-order formulas] (measured: 2.60 -> 1.82 us); only where no dtype
+        # See Note [First-order formulas] (arrays: 2.60 -> 1.82 us); arrays only where no dtype
         # promotion is to be mirrored (mul casts numpy's product to torch's dtype before fit sums)
-        if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
-            ad, bd = self.saved_arrays()
-            dev = g.device
-            k = dev.kernels  # See Note [Fused kernels] in devices/_fused.py
-            return (grad_of(k.mul(gd, bd), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(k.mul(gd, ad), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
-        a, b = self.saved_tensors()
-        return (fit(mul(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
-                fit(mul(g, a), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+        dev = g.device
+        if tls.grad_enabled or not g._data.dtype == self.a_dtype == self.b_dtype:
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        a, b = F.saved(self)
+        return (F.fit(F.mul(g, b), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                F.fit(F.mul(g, a), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
 
 
 @register
@@ -136,18 +134,22 @@ class DivBackward0(_Binary):
 
     def backward(self, g: Tensor) -> tuple:
         ea, eb = self.next_edges
-        gd = g._data
-        # See Note [First-order formulas] (measured: 5.78 -> 2.52 us); only where no dtype promotion
-        # is to be mirrored (div and mul cast their results to torch's dtype)
-        if not tls.grad_enabled and gd.dtype == self.a_dtype == self.b_dtype:
-            ad, bd = self.saved_arrays()
-            dev = g.device
-            return (grad_of(gd / bd, self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
-                    grad_of(dev.kernels.div_grad_b(gd, ad, bd), self.b_shape, self.b_dtype, dev)
-                    if eb[0] is not None else None)
-        a, b = self.saved_tensors()
-        return (fit(div(g, b), self.a_shape, self.a_dtype) if ea[0] is not None else None,
-                fit(neg(div(mul(g, a), mul(b, b))), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+        # See Note [First-order formulas] (arrays: 5.78 -> 2.52 us); arrays only where no dtype
+        # promotion is to be mirrored (div and mul cast their results to torch's dtype)
+        dev = g.device
+        if tls.grad_enabled or not g._data.dtype == self.a_dtype == self.b_dtype:
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        a, b = F.saved(self)
+        return (F.fit(F.div(g, b), self.a_shape, self.a_dtype, dev) if ea[0] is not None else None,
+                F.fit(F.div_grad_b(g, a, b), self.b_shape, self.b_dtype, dev) if eb[0] is not None else None)
+
+
+def div_grad_b(g: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``-(g * a / b**2)``: div's gradient for its divisor, with ops (the formula tables'
+    ``div_grad_b``, a kernel on a GPU)."""
+    return neg(div(mul(g, a), mul(b, b)))
 
 
 @register
@@ -192,17 +194,15 @@ class PowBackward0(Node):
 
     def backward(self, g: Tensor) -> tuple:
         e = self.exponent
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, x ** 2: 4.63 -> 2.04 us)
-            (ad,) = self.saved_arrays()
-            gd = g._data
-            if e == 0:
-                return (_wrap(gd * 0.0, g.device),)
-            # e as mul(g, e) takes it: an array of g's dtype (a numpy float64 e would promote)
-            return (_wrap(gd * g.device.xp.asarray(e, dtype=gd.dtype) * ad ** (e - 1), g.device),)
-        (a,) = self.saved_tensors()
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays, x ** 2: 4.63 -> 2.04 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (a,) = F.saved(self)
         if e == 0:
-            return (mul(g, 0.0),)
-        return (mul(mul(g, e), pow(a, e - 1)),)
+            return (F.wrap(F.mul(g, F.number(0.0, g)), dev),)
+        return (F.wrap(F.mul(F.mul(g, F.number(e, g)), F.pow(a, e - 1)), dev),)
 
 
 class PowBackward1(_Binary):
@@ -283,11 +283,13 @@ class ExpBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.50 -> 0.97 us)
-            (yd,) = self.saved_arrays()
-            return (_wrap(g._data * yd, g.device),)
-        (out,) = self.saved_tensors()
-        return (mul(g, out),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 1.50 -> 0.97 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.mul(g, y), dev),)
 
 
 @register
@@ -301,11 +303,13 @@ class LogBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.46 -> 0.96 us)
-            (xd,) = self.saved_arrays()
-            return (_wrap(g._data / xd, g.device),)
-        (x,) = self.saved_tensors()
-        return (div(g, x),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 1.46 -> 0.96 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (x,) = F.saved(self)
+        return (F.wrap(F.div(g, x), dev),)
 
 
 @register
@@ -334,13 +338,15 @@ class AbsBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 2.33 -> 1.19 us)
-            (xd,) = self.saved_arrays()
-            return (_wrap(g._data * _sign_array(xd, g.device.xp), g.device),)
-        (x,) = self.saved_tensors()
-        # g * sgn(x) (0 at 0), as torch: sgn's node links the gradient to x (See Note
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 2.33 -> 1.19 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (x,) = F.saved(self)
+        # g * sgn(x) (0 at 0), as torch: on OPS sgn's node links the gradient to x (See Note
         # [Gradients linked to the output] in activation.py).
-        return (mul(g, _sgn(x)),)
+        return (F.wrap(F.mul(g, F.sgn(x)), dev),)
 
 
 class SgnBackward0(Node):
@@ -352,18 +358,9 @@ class SgnBackward0(Node):
         return (_wrap(g.device.xp.zeros(g._data.shape, g._data.dtype), g.device),)
 
 
-def _sign_array(d: Any, xp: Any) -> Any:
-    """torch's ``sgn``: -1, 0 or 1, and 0 at NaN (numpy's sign gives NaN there: a NaN input
-    to abs, l1_loss or norm(p=1) then got a NaN gradient where torch's is 0)."""
-    s = xp.sign(d)
-    if d.dtype.kind == "f":
-        s = xp.nan_to_num(xp.asarray(s), copy=False, nan=0.0)  # (in place: s is ours; 0-d: sign gave a scalar)
-    return s
-
-
 def _sgn(x: Tensor) -> Tensor:
     """``sgn(x)`` (-1, 0 or 1 in x's dtype, 0 at NaN) with torch's node, for abs's backward."""
-    return unary_result(x, _sign_array(x._data, x.device.xp), SgnBackward0)
+    return unary_result(x, sign_array(x._data, x.device.xp), SgnBackward0)
 
 
 @register
@@ -411,12 +408,13 @@ class TanhBackward0(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 3.07 -> 2.68 us)
-            (yd,) = self.saved_arrays()
-            dev = g.device
-            return (_wrap(dev.kernels.tanh_grad(g._data, yd), dev),)  # See Note [Fused kernels] in devices/_fused.py
-        (out,) = self.saved_tensors()
-        return (tanh_backward(g, out),)
+        dev = g.device
+        if tls.grad_enabled:
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        (y,) = F.saved(self)
+        return (F.wrap(F.tanh_grad(g, y), dev),)  # tanh_backward on OPS; Note [Fused kernels] in devices/_fused.py
 
 
 class TanhBackwardBackward0(Node):
@@ -596,3 +594,9 @@ def erf(x: Tensor) -> Tensor:
     """The error function ``2/sqrt(pi) * integral_0^x exp(-t**2) dt`` (used by exact gelu)."""
     data = x._data if type(x) is Tensor and x._base is None and x._data.dtype.kind == "f" else _float_input(x, "erf")
     return unary_result(x, x.device.kernels.erf(data), ErfBackward0, x)
+
+
+# The formula namespaces' names for these ops: See Note [First-order formulas] in _core.py.
+OPS.add, OPS.sub, OPS.mul, OPS.div, OPS.neg, OPS.pow, OPS.exp = add, sub, mul, div, neg, pow, exp
+OPS.tanh_grad, OPS.div_grad_b, OPS.sgn = tanh_backward, div_grad_b, _sgn
+

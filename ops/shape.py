@@ -14,9 +14,9 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ..engine.versions import make_view, mark_view_node
-from ._core import (Node, broadcast_array, cast, check_tensor, device_error, dim_alias, normalize_dim,
+from ._core import (ARRAYS, OPS, Node, broadcast_array, cast, check_tensor, device_error, dim_alias, normalize_dim,
                     normalize_dims, record, record_unary, register,
-                    result_dtype, sum_to_array, tls)
+                    result_dtype, sum_to, tls)
 
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
@@ -39,9 +39,12 @@ class ViewBackward0(Node):
     __slots__ = ("in_shape",)
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured: 1.28 -> 0.62 us)
-            return (_wrap(g._data.reshape(self.in_shape), g.device),)
-        return (reshape(g, self.in_shape),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays: 1.28 -> 0.62 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        return (F.wrap(F.reshape(g, self.in_shape), dev),)
 
 
 # squeeze and unsqueeze are reshapes whose nodes carry torch's names.
@@ -95,10 +98,12 @@ class TransposeBackward0(Node):
     __slots__ = ("dims",)
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 1.88 -> 0.97 us)
-            gd = g._data
-            return (_wrap(g.device.xp.swapaxes(gd, *self.dims) if gd.ndim > 1 else gd, g.device),)
-        return (transpose(g, *self.dims),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays, (8, 16): 1.88 -> 0.97 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        return (F.wrap(F.transpose(g, *self.dims), dev),)
 
 
 @register
@@ -119,9 +124,12 @@ class PermuteBackward0(Node):
     __slots__ = ("inverse",)
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (8, 16): 2.43 -> 0.87 us)
-            return (_wrap(g.device.xp.transpose(g._data, self.inverse), g.device),)
-        return (permute(g, self.inverse),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays, (8, 16): 2.43 -> 0.87 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        return (F.wrap(F.permute(g, self.inverse), dev),)
 
 
 @register
@@ -144,12 +152,12 @@ class ExpandBackward0(Node):
     __slots__ = ("in_shape",)
 
     def backward(self, g: Tensor) -> tuple:
-        if not tls.grad_enabled:  # See Note [First-order formulas] (measured, (1, 16) -> (8, 16): 7.97 -> 2.44 us)
-            gd = g._data
-            return (g if gd.shape == self.in_shape else _wrap(sum_to_array(gd, self.in_shape), g.device),)
-        from ._core import sum_to
-
-        return (sum_to(g, self.in_shape),)
+        dev = g.device
+        if tls.grad_enabled:  # See Note [First-order formulas] in _core.py (arrays, (1, 16) -> (8, 16): 7.97 -> 2.44 us)
+            F = OPS
+        else:
+            F, g = ARRAYS[dev.kernels], g._data
+        return (F.wrap(F.sum_to(g, self.in_shape), dev),)
 
 
 @register
@@ -356,3 +364,13 @@ def split(x: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
         record(node, (x,), outs)
     return tuple(outs)
 
+
+# The formula namespaces' names for these ops: See Note [First-order formulas] in _core.py.
+OPS.reshape, OPS.transpose, OPS.permute, OPS.expand, OPS.sum_to = reshape, transpose, permute, expand, sum_to
+
+
+def _matrix_t(x: Tensor) -> Tensor:
+    return transpose(x, 0, 1)
+
+
+OPS.t = _matrix_t  # a matrix's transpose
