@@ -569,5 +569,4 @@ def set_cpu_workers(n: int) -> int:
     CPython, everywhere; with the GIL, tiny ops get slower. docs/autograd.md says which
     orderings still hold; Note [Parallel cpu workers] in engine/executor.py how it works.
     """
-    from .executor import get_engine
     return get_engine().set_cpu_workers(n)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 from ._locks import remade_at_fork
 from ._state import tls, used
+from .autograd import backward
 from .creation import DrawRecord, record_draws, replay_draws
 from .function import Function
 from .grad_mode import enable_grad
@@ -115,8 +116,6 @@ class _CheckpointFunction(Function):
         pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(o, Tensor) and o._rg and g is not None]
         if not pairs:
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
-        from .autograd import backward
-
         backward([o for o, _ in pairs], [g for _, g in pairs])  # See Note [Reentrant backward]
         return (None, None) + tuple(args[i].grad if isinstance(args[i], Tensor) else None for i in range(len(args)))
 

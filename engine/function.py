@@ -31,6 +31,7 @@ import warnings
 from typing import Any, Callable
 
 from ._state import tls
+from ._record import record
 from .graph import Node, _next_seq, pack_saved
 from . import _state
 from .tensor import Tensor, _wrap, gradient_edge
@@ -367,8 +368,6 @@ def once_differentiable(backward: Callable) -> Callable:
             tls.grad_enabled = prev
         if not (prev and any(isinstance(g, Tensor) and g._rg for g in grads)):
             return result
-        from ._record import record
-
         single = not isinstance(result, tuple)
         results = (result,) if single else result
         wrapped = []

@@ -201,11 +201,19 @@ def normalize_dims(dim: Any, ndim: int, name: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+# Note [Imports in _core]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Every op module imports this one at its top, so this one cannot import them at its top: the
+# two helpers built from ops (sum_to: sum and reshape; fit: the cast back with ``to``) import
+# them when called, which is only under create_graph (fit's first-order path is on arrays).
+# Every other import in ops/ is at the top of its file (op modules depend in layers: this
+# module; elementwise, index, device; shape; reduce and linalg; activation, nn and stats).
+
 def sum_to(g: Tensor, shape: tuple) -> Tensor:
     """Reduce a broadcast gradient back to ``shape`` (differentiable: built from ops)."""
     if g.shape == shape:
         return g
-    from .reduce import sum as _sum
+    from .reduce import sum as _sum  # See Note [Imports in _core]
     from .shape import reshape
 
     dims = _sum_to_dims(g.shape, shape)
@@ -251,7 +259,7 @@ def fit(g: Tensor, shape: tuple, dtype: numpy.dtype) -> Tensor:
         return grad_of(d, shape, dtype, g.device)
     g = sum_to(g, shape)
     if g.dtype != dtype:
-        from .device import to
+        from .device import to  # See Note [Imports in _core]
 
         g = to(g, dtype=dtype)
     return g

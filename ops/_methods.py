@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
 from ..engine.tensor import Tensor, _wrap, add_methods
 
 from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
+from ._core import binary_operands, normalize_dim
 
 
 def _rev(fn: Any) -> Any:
@@ -22,8 +25,6 @@ def _rev(fn: Any) -> Any:
 
 def _compare(ufunc_name: str) -> Any:
     def compare(self: Tensor, other: Any) -> Tensor:
-        from ._core import binary_operands
-
         a, b = binary_operands(self, other, ufunc_name)
         return _wrap(a.device.xp.asarray(getattr(a.device.xp, ufunc_name)(a._data, b._data)), a.device)
 
@@ -104,8 +105,6 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     >>> engine.ones(2, 3, 4).flatten(1).shape
     (2, 12)
     """
-    from ._core import normalize_dim
-
     if x.ndim == 0:
         return shape.reshape(x, (1,))
     s = normalize_dim(start_dim, x.ndim, "flatten")
@@ -120,8 +119,6 @@ def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
     """``t.to(device)``, ``t.to(dtype)`` or ``t.to(device, dtype)``."""
-    import numpy
-
     if dtype is None and device_or_dtype is not None and not isinstance(device_or_dtype, str) and not hasattr(device_or_dtype, "xp"):
         try:
             return device.to(t, None, numpy.dtype(device_or_dtype))

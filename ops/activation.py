@@ -13,6 +13,7 @@ from ..engine.tensor import Tensor, _wrap
 from ._core import (ARRAYS, BOOL as _BOOL, OPS, OUTPUT, Node, check_tensor, const, dim_alias, normalize_dim, record, record_unary, register,
                     tls, unary_result)
 from .elementwise import add, erf, exp, mul, sub, tanh, where
+from .reduce import sum as _sum
 
 
 def _float_data(x: Tensor, name: str) -> Any:
@@ -261,8 +262,6 @@ class SoftmaxBackward0(Node):
 def softmax_grad(g: Tensor, y: Tensor, dim: Any) -> Tensor:
     """softmax's backward from its output ``y``, ``y * (g - sum(g * y, dim))``, with ops: the
     fused tables' ``softmax_grad``."""
-    from .reduce import sum as _sum
-
     return mul(y, sub(g, _sum(mul(g, y), dim, keepdim=True)))
 
 
@@ -305,8 +304,6 @@ class LogSoftmaxBackward0(Node):
 def log_softmax_grad(g: Tensor, y: Tensor, dim: Any, xp: Any = None) -> Tensor:
     """log_softmax's backward from its output ``y``, ``g - exp(y) * sum(g, dim)``, with ops: the
     formula tables' ``log_softmax_grad`` (whose ``xp`` an op has no use for)."""
-    from .reduce import sum as _sum
-
     return sub(g, mul(exp(y), _sum(g, dim, keepdim=True)))
 
 

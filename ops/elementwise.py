@@ -13,6 +13,7 @@ from typing import Any
 import numpy
 
 from ..engine.tensor import Tensor, _wrap
+from ..engine.creation import tensor
 
 from ._core import (ARRAYS, BOOL, OPS, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor,
                     const, device_error, fit, promoted, record, record_binary, record_unary, register,
@@ -509,8 +510,6 @@ def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - tor
         condition = as_operand(condition, check_tensor(like, "where", "input"), "where")
     elif not isinstance(input, Tensor) and not isinstance(other, Tensor):
         # where(cond, 1.0, 0.0): the first number becomes a tensor by torch's default dtypes
-        from ..engine.creation import tensor
-
         if isinstance(input, numpy.generic):  # a number, as a Python one (pow's rule)
             input = input.item()
         input = tensor(input, device=condition.device)

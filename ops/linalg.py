@@ -8,11 +8,10 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import ARRAYS, OPS, Node, binary_operands, fit, record, register, tls
+from .shape import reshape, transpose, unsqueeze
 
 
 def _mT(t: Tensor) -> Tensor:
-    from .shape import transpose
-
     return transpose(t, -1, -2)
 
 
@@ -41,8 +40,6 @@ class MatmulBackward0(MmBackward0):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        from .shape import reshape, unsqueeze
-
         a, b = self.saved_tensors()  # a is None when b needs no gradient, and b when a needs none
         a2_shape = (1,) + self.a_shape if len(self.a_shape) == 1 else self.a_shape
         b2_shape = self.b_shape + (1,) if len(self.b_shape) == 1 else self.b_shape

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 from ..engine.tensor import Tensor, _wrap, owned_gradient
+from ..engine.creation import random_array
 
 from ._core import ARRAYS, OPS, Node, check_tensor, const, device_error, record, record_unary, register, tls
 from .activation import _shifted, log_softmax, softmax
@@ -330,8 +331,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
-    from ..engine.creation import random_array
-
     keep = random_array("uniform", x.shape, "float64") >= p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     mask = x.device.asarray((keep * scale).astype(x.dtype))

@@ -10,6 +10,9 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import ARRAYS, OPS, Node, check_tensor, const, dim_alias, normalize_dim, normalize_dims, record, record_unary, register, tls
+from .elementwise import exp, maximum, minimum, mul, sub
+from .index import along_dim_index, index_put_zeros
+from .shape import expand, reshape, unsqueeze
 
 
 def keepdim_shape(shape: tuple, dims: tuple) -> tuple:
@@ -105,9 +108,6 @@ class MaxBackward1(Node):
     __slots__ = ()
 
     def backward(self, g: Tensor) -> tuple:
-        from .elementwise import mul
-        from .shape import expand
-
         x, out = self.saved_tensors()
         xp = g.device.xp
         # A NaN maximum came from the NaNs: they share the gradient (torch's evenly_distribute_backward)
@@ -126,9 +126,6 @@ class MaxBackward0(Node):
     __slots__ = ("in_shape", "dim", "keepdim", "index")
 
     def backward(self, g: Tensor) -> tuple:
-        from .index import index_put_zeros
-        from .shape import unsqueeze
-
         if not self.keepdim:
             g = unsqueeze(g, self.dim)
         return (index_put_zeros(g, self.in_shape, self.index, False),)
@@ -151,13 +148,9 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
         return out
     d = normalize_dim(dim, x.ndim, name)
     if x.ndim == 0:  # torch allows dim 0 / -1 on a 0-d tensor: reduce it as shape (1,)
-        from .shape import reshape
-
         return _extreme(reshape(x, (1,)), 0, False, name)
     if x.shape[d] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size (input shape {list(x.shape)})")
-    from .index import along_dim_index
-
     idx = xp.expand_dims(getattr(xp, "arg" + name)(x._data, axis=d), d)
     tup = along_dim_index(idx, d, xp)
     values = x._data[tup]
@@ -188,8 +181,6 @@ def max(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, 
     if axis is not None or keepdims is not None:
         dim, keepdim = dim_alias(dim, axis, "max"), keepdim if keepdims is None else keepdims
     if isinstance(dim, Tensor):
-        from .elementwise import maximum
-
         return maximum(x, dim)
     return _extreme(x, dim, keepdim, "max")
 
@@ -201,8 +192,6 @@ def min(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, 
     if axis is not None or keepdims is not None:
         dim, keepdim = dim_alias(dim, axis, "min"), keepdim if keepdims is None else keepdims
     if isinstance(dim, Tensor):  # torch.min(a, b)
-        from .elementwise import minimum
-
         return minimum(x, dim)
     return _extreme(x, dim, keepdim, "min")
 
@@ -211,9 +200,6 @@ class LogsumexpBackward0(Node):
     __slots__ = ("dims", "keepdim")
 
     def backward(self, g: Tensor) -> tuple:
-        from .elementwise import exp, mul, sub
-        from .shape import reshape
-
         x, out = self.saved_tensors()
         if not self.keepdim:
             kshape = keepdim_shape(x.shape, self.dims)

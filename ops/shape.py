@@ -14,9 +14,10 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ..engine.versions import make_view, mark_view_node
-from ._core import (ARRAYS, OPS, Node, broadcast_array, cast, check_tensor, device_error, dim_alias, normalize_dim,
+from ._core import (ARRAYS, OPS, Node, broadcast_array, cast, check_tensor, device_error, dim_alias, fit, normalize_dim,
                     normalize_dims, record, record_unary, register,
                     result_dtype, sum_to, tls)
+from .index import getitem
 
 
 def _view_out(data: Any, x: Tensor) -> Tensor:
@@ -244,9 +245,6 @@ class CatBackward0(Node):
     __slots__ = ("dim", "sizes", "dtypes")
 
     def backward(self, g: Tensor) -> tuple:
-        from ._core import fit
-        from .index import getitem
-
         grads = []
         start = 0
         lead = (slice(None),) * self.dim
@@ -286,9 +284,6 @@ class StackBackward0(Node):
     __slots__ = ("dim", "dtypes")
 
     def backward(self, g: Tensor) -> tuple:
-        from ._core import fit
-        from .index import getitem
-
         lead = (slice(None),) * self.dim
         return tuple(fit(getitem(g, lead + (i,)), g.shape[:self.dim] + g.shape[self.dim + 1:], dt)
                      if nxt is not None else None

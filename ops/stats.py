@@ -22,7 +22,8 @@ from ..engine.tensor import Tensor, _wrap
 from ._core import OUTPUT, Node, check_tensor, const, dim_alias, normalize_dims, record, register, tls, unary_result
 from .elementwise import _sgn, abs as _abs, add, div, mul, pow as _pow, sub, where
 from .reduce import max as _max, mean, min as _min, sum as _sum
-from .shape import unsqueeze
+from .device import to
+from .shape import squeeze, unsqueeze
 
 
 class SqrtBackward0(Node):
@@ -247,8 +248,6 @@ def norm(x: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtyp
     check_tensor(x, "norm")
     dim, keepdim = _reduction_args("norm", dim, keepdim, axis, keepdims)
     if dtype is not None:
-        from .device import to
-
         x = to(x, None, dtype)
     if x.dtype.kind not in "fc":
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {x.dtype}")
@@ -281,6 +280,4 @@ def norm(x: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtyp
 
 
 def _squeeze_dims(a: Tensor, dims: tuple) -> Tensor:
-    from .shape import squeeze
-
     return squeeze(a, dims)
