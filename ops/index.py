@@ -272,11 +272,14 @@ class IndexBackwardBackward0(Node):
         return (getitem(g, self.index if self.basic else saved_index(self, self.index)),)
 
 
-def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool) -> Tensor:
-    """Zeros of ``shape`` with ``g`` added at ``index`` (getitem's backward; differentiable)."""
+def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool, unique: bool = False) -> Tensor:
+    """Zeros of ``shape`` with ``g`` added at ``index`` (getitem's backward; differentiable).
+    ``unique``: the caller knows an advanced ``index`` names no element twice (max/min along a
+    dim), so an assignment does what ``add.at`` would (10x faster on the MNIST CNN's pooling:
+    benchmarks/models.py)."""
     xp = g.device.xp
     data = xp.zeros(shape, dtype=g.dtype)
-    if basic:
+    if basic or unique:
         data[index] = g._data
     else:
         xp.add.at(data, index, g._data)

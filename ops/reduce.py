@@ -128,7 +128,7 @@ class MaxBackward0(Node):
     def backward(self, g: Tensor) -> tuple:
         if not self.keepdim:
             g = unsqueeze(g, self.dim)
-        return (index_put_zeros(g, self.in_shape, self.index, False),)
+        return (index_put_zeros(g, self.in_shape, self.index, False, unique=True),)  # one index per slice
 
 
 class MinBackward0(MaxBackward0):
