@@ -148,7 +148,7 @@ class Ours(Backend):
         return engine.tensor(a, dtype=a.dtype)
 
     def grad_numpy(self, x: Any) -> numpy.ndarray:
-        return numpy.array(x.grad.data)
+        return numpy.array(x.grad._data)
 
 
 class Torch(Backend):

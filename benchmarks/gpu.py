@@ -70,7 +70,7 @@ class Ours:
         bufs: list = [None] * len(params)
 
         def step() -> None:
-            sgd([p.data for p in params], [p.grad.data for p in params], bufs, lr=lr)
+            sgd([p._data for p in params], [p.grad._data for p in params], bufs, lr=lr)
             for p in params:
                 p.grad = None
 

@@ -381,7 +381,7 @@ def _mlp_ours(x: numpy.ndarray, t: numpy.ndarray, params: list[numpy.ndarray]) -
         h = ops.relu(ops.linear(h, P[2], P[3]))
         return ops.cross_entropy(ops.linear(h, P[4], P[5]), T)
 
-    return forward, lambda loss: loss.backward(), lambda _: [numpy.array(p.grad.data) for p in P]
+    return forward, lambda loss: loss.backward(), lambda _: [numpy.array(p.grad._data) for p in P]
 
 
 def _mlp_torch(torch: Any, x: numpy.ndarray, t: numpy.ndarray, params: list[numpy.ndarray]) -> tuple[Callable, Callable, Callable]:
@@ -821,7 +821,7 @@ def cross_device(backends: list[Backend], quick: bool, chain_us: float | None) -
             t1 = time.perf_counter()
             y.backward()
             t2 = time.perf_counter()
-        if not numpy.allclose(x.grad.data, 1.0):
+        if not numpy.allclose(x.grad._data, 1.0):
             log("WARNING: cross-device chain gradient is wrong")
         del x, y
         if r:

@@ -82,17 +82,18 @@ def to_dtype(dtype: Any) -> numpy.dtype | None:
 class Tensor:
     """An n-dimensional array that can record the ops applied to it for autograd.
 
-    Attributes: ``data`` (the numpy/cupy array), ``shape``, ``ndim``, ``dtype``,
+    Attributes: ``data`` (a detached alias: Note [Tensor.data]), ``shape``, ``ndim``, ``dtype``,
     ``device``, ``requires_grad``, ``grad``, ``grad_fn``, ``is_leaf``, ``retains_grad``,
     ``version``. Create tensors with :func:`engine.tensor` and friends.
     """
 
-    # _data: the array (users go through ``data``: Note [Tensor.data]). device: interned
-    # Device. grad_fn: Node or None. _rg: requires_grad (True for every non-leaf with a
-    # grad_fn). _grad: .grad. _vc: version counter, a one-element list shared by a tensor, its
-    # views and aliases. _base: the tensor this one is a view of, or None (Note [Versions and
-    # views] in versions.py). _output_nr: which output of grad_fn this is. _acc: weakref to the
-    # leaf's AccumulateGrad. _ext: _TensorExt or None.
+    # _data: the array; the library reads and writes this slot (``data`` is torch's detached
+    # alias: Note [Tensor.data]). device: interned Device. grad_fn: Node or None. _rg:
+    # requires_grad (True for every non-leaf with a grad_fn). _grad: .grad. _vc: version
+    # counter, a one-element list shared by a tensor, its views and detach() aliases (not by a
+    # ``.data`` alias, which has its own: Note [Tensor.data]). _base: the tensor this one is a
+    # view of, or None (Note [Versions and views] in versions.py). _output_nr: which output of
+    # grad_fn this is. _acc: weakref to the leaf's AccumulateGrad. _ext: _TensorExt or None.
     __slots__ = ("_data", "device", "_grad_fn", "_rg", "_grad", "_vc", "_base", "_output_nr", "_acc", "_ext",
                  "__weakref__")
 
@@ -117,9 +118,10 @@ class Tensor:
 
     # -- array facts --------------------------------------------------------------------
     @property
-    def data(self) -> Any:
-        """The array itself (``numpy.ndarray``, or ``cupy.ndarray`` on cuda): no copy, no history."""
-        return self._data
+    def data(self) -> "Tensor":
+        """A new tensor over this tensor's array (no copy), outside autograd: no grad_fn, no
+        requires_grad, a version counter of its own, not a view. See Note [Tensor.data]."""
+        return _wrap(self._data, self.device)  # (a fresh _vc: torch's variable_data())
 
     @data.deleter
     def data(self) -> None:
@@ -129,31 +131,44 @@ class Tensor:
     def data(self, value: Any) -> None:
         # Note [Tensor.data]
         # ~~~~~~~~~~~~~~~~~~
-        # The engine reads and writes the slot ``_data``; ``data`` is the users' door to it,
-        # and this setter is what keeps it an array of the tensor's device. torch's
-        # ``p.data = t`` takes a tensor and makes ``p`` share its storage, with no version
-        # bump and no history; here the same assignment takes ``t``'s array. That is also
-        # what makes torch's idiom ``p.data -= lr * p.grad`` work: numpy cannot subtract a
-        # Tensor in place, so Python computes ``p.data - lr * p.grad`` (a Tensor) and assigns
-        # it. Anything else would leave ``p`` holding a non-array and fail later, far from
-        # the cause, so it is refused here.
+        # ``data`` is torch's: inside the library the array is the slot ``_data`` (read and
+        # written directly, never through this property, which would build a Tensor per read),
+        # and users get a host array from ``numpy()`` / ``__array__``.
+        #
+        # Reading ``t.data`` returns a new Tensor on every read (torch's variable_data()): it
+        # holds t's array itself (no copy), on t's device; requires_grad False, no grad_fn,
+        # a leaf, not a view (``_base`` None), and a version counter of its own that starts
+        # at 0. So an in-place op on it (``p.data.add_(g, alpha=-lr)``, ``p.data.copy_(w)``,
+        # ``p.data.zero_()``) writes t's array but is invisible to autograd: t's version does
+        # not move, a graph that saved t backprops with the new values without an error, and a
+        # leaf that requires grad accepts it under grad mode. All as in torch.
+        #
+        # Assigning ``t.data = v`` (torch's set_data) takes a Tensor only; t then holds v's
+        # array (shared: later writes to either show in both), with v's shape and dtype, and
+        # keeps its own grad_fn, requires_grad, grad and version counter (no bump, no
+        # history). torch's refusals, in its words: a non-Tensor (TypeError "Variable data has
+        # to be a tensor, but got numpy.ndarray"; an array never reaches t, so no raw array
+        # can be left where the engine expects one of the device), and a non-floating v when t
+        # requires grad. One rule is threadgrad's own: v must be on t's device (torch lets a
+        # dense tensor take another dense device's storage). A tensor's device is fixed here:
+        # its AccumulateGrad, streams and .grad were set up for it; move a tensor with
+        # ``.to()`` (Module.to/cuda re-home parameters through module.py's _assign).
+        #
+        # torch's old idiom ``p.data -= lr * p.grad`` therefore runs as in torch: an in-place
+        # sub on the alias (writing p's array), then the assignment of that same array back.
+        if not isinstance(value, Tensor):
+            tp = type(value)
+            name = tp.__name__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+            raise TypeError(f"Variable data has to be a tensor, but got {name}")  # torch's words
         dev = self.device
-        if isinstance(value, Tensor):
-            if value.device is not dev:
-                raise RuntimeError(
-                    f"data set to a tensor on {value.device}, but this tensor is on {dev}: "
-                    f"move the tensor itself with .to() (the new data must be on the tensor's device)"
-                )
-            value = value._data
-        elif not isinstance(value, dev.xp.ndarray):
-            if isinstance(value, numpy.generic) and dev.xp is numpy:
-                value = numpy.asarray(value)  # a 0-d result of a numpy reduction
-            else:
-                raise TypeError(
-                    f"Tensor data has to be a tensor or a {dev.xp.__name__}.ndarray on {dev}, "
-                    f"but got {type(value).__name__}"
-                )
-        self._data = value
+        if value.device is not dev:
+            raise RuntimeError(
+                f"data set to a tensor on {value.device}, but this tensor is on {dev}: "
+                f"move the tensor itself with .to() (the new data must be on the tensor's device)"
+            )
+        if self._rg and value._data.dtype.kind not in "fc":
+            raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
+        self._data = value._data
 
     @property
     def shape(self) -> tuple:

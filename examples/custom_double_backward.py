@@ -20,7 +20,7 @@ class Softplus(engine.Function):
     @staticmethod
     def forward(ctx, x: engine.Tensor) -> engine.Tensor:
         ctx.save_for_backward(x)
-        return engine.tensor(np.logaddexp(0.0, x.data), dtype=x.dtype, device=x.device)
+        return engine.tensor(np.logaddexp(0.0, x.detach().numpy()), dtype=x.dtype, device=x.device)
 
     @staticmethod
     def backward(ctx, g: engine.Tensor) -> engine.Tensor:

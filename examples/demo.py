@@ -49,7 +49,7 @@ def main() -> None:
         loss.backward()
         with engine.no_grad():
             for w in params:
-                w.data -= args.lr * w.grad.data
+                w -= args.lr * w.grad
         if step % 20 == 0:
             acc = float(((p.detach().numpy() > 0.5) == (y_np > 0.5)).mean())
             print(f"step {step:4d}  loss {loss.item():.4f}  accuracy {acc:.3f}")

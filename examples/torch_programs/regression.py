@@ -5,9 +5,7 @@ Original: pytorch/examples, ``regression/main.py`` (BSD-3-Clause). Fits a degree
 polynomial with one ``Linear`` layer, ``F.smooth_l1_loss`` and a hand-written SGD step on
 ``param.data``, until the loss is below 1e-3.
 
-Changed from the original: the import lines (``torch`` -> ``threadgrad``) and one line:
-``param.data.add_(...)`` becomes ``param.add_(...)`` under ``no_grad`` (threadgrad's
-``.data`` is the numpy array, which has no ``add_``).
+Changed from the original: the import lines (``torch`` -> ``threadgrad``) only.
 tests/torch_programs runs it against torch.
 """
 from __future__ import print_function
@@ -67,11 +65,8 @@ for batch_idx in count(1):
     output.backward()
 
     # Apply gradients
-    # threadgrad: ``param.data`` is a numpy array, not a tensor (docs/porting.md), so the
-    # original's ``param.data.add_(-0.1 * param.grad)`` is written as torch recommends today.
-    with torch.no_grad():
-        for param in fc.parameters():
-            param.add_(-0.1 * param.grad)
+    for param in fc.parameters():
+        param.data.add_(-0.1 * param.grad)
 
     # Stop criterion
     if loss < 1e-3:

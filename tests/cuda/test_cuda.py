@@ -47,7 +47,7 @@ def test_the_device():
     assert devices.get("cuda:0") is CUDA
     assert CUDA in devices.available()
     t = engine.tensor([1.0, 2.0], device="cuda")
-    assert isinstance(t.data, cupy.ndarray)
+    assert isinstance(t._data, cupy.ndarray)
     assert t.tolist() == [1.0, 2.0]
     host = t.numpy()
     assert isinstance(host, np.ndarray)
@@ -207,7 +207,7 @@ def test_grad_is_ready_on_the_callers_stream_when_backward_returns():
     with s_caller:
         loss = (h * 1.0).sum()
         loss.backward()
-        snapshot = x.grad.data.copy()  # queued on s_caller right away
+        snapshot = x.grad._data.copy()  # queued on s_caller right away
     s_caller.synchronize()
     xc = engine.tensor(x0, requires_grad=True)
     _heavy(xc * 1.0).sum().backward()
@@ -239,16 +239,16 @@ def test_multithreaded_backward_each_thread_on_its_own_stream(run_in_threads):
 def test_to_both_directions_with_gradients(virtual1):
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     c = ops.to(x, "cuda")
-    assert isinstance(c.data, cupy.ndarray)
+    assert isinstance(c._data, cupy.ndarray)
     v = ops.to(c * 2.0, virtual1)
-    assert isinstance(v.data, np.ndarray)
+    assert isinstance(v._data, np.ndarray)
     back = ops.to(ops.to(v * 3.0, "cuda") + c, "cpu")
     assert back.tolist() == [7.0, 14.0]
     (back * back).sum().backward()
     assert x.grad.device is devices.cpu and x.grad.tolist() == [98.0, 196.0]
     g = engine.tensor([1.0, -2.0], device="cuda", requires_grad=True, dtype=np.float64)
     (ops.to(g, "cpu") ** 2).sum().backward()
-    assert g.grad.device is CUDA and isinstance(g.grad.data, cupy.ndarray)
+    assert g.grad.device is CUDA and isinstance(g.grad._data, cupy.ndarray)
     assert g.grad.tolist() == [2.0, -4.0]
 
 

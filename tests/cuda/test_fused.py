@@ -149,9 +149,9 @@ def test_node_fused_first_order_equals_ops_form(name, dtype):
     x = engine.tensor(rand(9, (31, 17), dtype).get(), device=CUDA, requires_grad=True)
     w = engine.tensor(rand(10, (31, 17), dtype).get(), device=CUDA)
     (NODES[name](x) * w).sum().backward()
-    fused = x.grad.data.copy()
+    fused = x.grad._data.copy()
     (ops_form,) = engine.grad((NODES[name](x) * w).sum(), x, create_graph=True)
-    close(fused, ops_form.data, dtype, loose=10)
+    close(fused, ops_form._data, dtype, loose=10)
     # ... and both equal the cpu's gradient.
     xc = engine.tensor(x.detach().numpy(), requires_grad=True)
     (NODES[name](xc) * engine.tensor(w.numpy())).sum().backward()
@@ -237,16 +237,16 @@ def test_fused_cross_entropy_equals_cpu_first_and_second_order(reduction, dtype)
     want = ops.cross_entropy(xc, engine.tensor(target), reduction=reduction)
     if reduction != "none":
         assert loss.grad_fn.name() == "CrossEntropyBackward0"
-    close(loss.data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
+    close(loss._data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
     loss.sum().backward()
     want.sum().backward()
-    close(x.grad.data, cupy.asarray(xc.grad.numpy()), dtype, loose=10)
+    close(x.grad._data, cupy.asarray(xc.grad.numpy()), dtype, loose=10)
     (g,) = engine.grad(ops.cross_entropy(x, engine.tensor(target, device=CUDA), reduction=reduction).sum(), x,
                        create_graph=True)
     (gc,) = engine.grad(ops.cross_entropy(xc, engine.tensor(target), reduction=reduction).sum(), xc, create_graph=True)
     (h,) = engine.grad((g * engine.tensor(w.astype(dtype), device=CUDA)).sum(), x)
     (hc,) = engine.grad((gc * engine.tensor(w.astype(dtype))).sum(), xc)
-    close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)
+    close(h._data, cupy.asarray(hc.numpy()), dtype, loose=10)
 
 
 def _many(seed, dtype):
@@ -349,16 +349,16 @@ def test_fused_mse_loss_equals_cpu_first_and_second_order(reduction, dtype):
     ac, bc = engine.tensor(a0, requires_grad=True), engine.tensor(b0, requires_grad=True)
     loss, want = ops.mse_loss(a, b, reduction=reduction), ops.mse_loss(ac, bc, reduction=reduction)
     assert loss.grad_fn.name() == "MseLossBackward0"
-    close(loss.data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
+    close(loss._data, cupy.asarray(want.detach().numpy()), dtype, loose=10)
     loss.backward()
     want.backward()
-    close(a.grad.data, cupy.asarray(ac.grad.numpy()), dtype, loose=10)
-    close(b.grad.data, cupy.asarray(bc.grad.numpy()), dtype, loose=10)
+    close(a.grad._data, cupy.asarray(ac.grad.numpy()), dtype, loose=10)
+    close(b.grad._data, cupy.asarray(bc.grad.numpy()), dtype, loose=10)
     (g,) = engine.grad(ops.mse_loss(a, b, reduction=reduction), a, create_graph=True)
     (gc,) = engine.grad(ops.mse_loss(ac, bc, reduction=reduction), ac, create_graph=True)
     (h,) = engine.grad((g * g).sum(), a)
     (hc,) = engine.grad((gc * gc).sum(), ac)
-    close(h.data, cupy.asarray(hc.numpy()), dtype, loose=10)
+    close(h._data, cupy.asarray(hc.numpy()), dtype, loose=10)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

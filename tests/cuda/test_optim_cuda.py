@@ -40,7 +40,7 @@ def test_fused_optimizer_steps_match_the_cpu_formulas(cls, kw, dtype):
             for p, g in zip(params, gs):
                 p.grad = engine.tensor(g, device=dev)
             opt.step()
-        runs[dev] = [devices.get(dev).to_host(p.data) for p in params]
+        runs[dev] = [devices.get(dev).to_host(p._data) for p in params]
         assert all(p.version == len(grads) for p in params)
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     for a, b in zip(runs["cpu"], runs["cuda"]):
@@ -71,6 +71,6 @@ def test_an_nn_module_program_trains_on_cuda_as_on_the_cpu(loss_name):
             criterion(model(x), y).backward()
             tg.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
-        runs[dev] = [devices.get(dev).to_host(p.data) for p in model.parameters()]
+        runs[dev] = [devices.get(dev).to_host(p._data) for p in model.parameters()]
     for a, b in zip(runs["cpu"], runs["cuda"]):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)

@@ -170,10 +170,10 @@ def test_ops_to_moves_and_copies():
     assert moved.device is devices.get("virtual:1")
     assert moved.tolist() == [1.0, 2.0]
     assert moved.dtype == np.float32
-    assert not np.shares_memory(moved.data, src.data)
+    assert not np.shares_memory(moved._data, src._data)
     other = ops.to(moved, devices.get("virtual:2"))
     assert other.device is devices.get("virtual:2")
-    assert not np.shares_memory(other.data, moved.data)
+    assert not np.shares_memory(other._data, moved._data)
     assert ops.to(src, "cpu") is src
     assert ops.to(moved, "virtual:1") is moved
 

@@ -709,7 +709,7 @@ def test_tg_optim_steps_through_the_fused_updates_on_cuda(kcuda, make):
                 p.grad = engine.tensor(g, device=dev)
             opt.step()
         launched = len(kcuda.xp.launches)
-        runs[dev] = [np.asarray(p.data) for p in ps]
+        runs[dev] = [np.asarray(p._data) for p in ps]
         assert all(p.version == 3 for p in ps)
     assert launched == 3  # the kcuda run: one launch per step for both parameters
     for a, b in zip(runs[devices.cpu], runs[kcuda]):

@@ -661,12 +661,12 @@ def test_many_threads_share_one_graph_on_two_streams(cuda, run_in_threads):
 def test_to_between_cpu_virtual_and_cuda_and_back(cuda, virtual1):
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     c = ops.to(x, "cuda")
-    assert c.device is cuda.dev and not np.shares_memory(c.data, x.data)
+    assert c.device is cuda.dev and not np.shares_memory(c._data, x._data)
     v = ops.to(c * 2.0, virtual1)
-    assert v.device is virtual1 and not np.shares_memory(v.data, c.data)
+    assert v.device is virtual1 and not np.shares_memory(v._data, c._data)
     c2 = ops.to(v * 3.0, cuda.dev)
     back = ops.to(c2 + c, "cpu")
-    assert back.device is devices.cpu and not np.shares_memory(back.data, c2.data)
+    assert back.device is devices.cpu and not np.shares_memory(back._data, c2._data)
     assert back.tolist() == [7.0, 14.0]
     (back * back).sum().backward()
     assert x.grad.device is devices.cpu
@@ -697,7 +697,7 @@ def test_tensor_api_on_cuda(cuda):
     t = engine.tensor([[1.0, 2.0]], device="cuda")
     assert t.device is cuda.dev and str(t.device) == "cuda:0"
     host = t.numpy()
-    assert host.tolist() == [[1.0, 2.0]] and not np.shares_memory(host, t.data)
+    assert host.tolist() == [[1.0, 2.0]] and not np.shares_memory(host, t._data)
     assert t.cpu().device is devices.cpu
     assert engine.zeros_like(t).device is cuda.dev
     assert engine.ones(2, device="cuda:1").device is cuda.dev1

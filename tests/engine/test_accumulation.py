@@ -24,7 +24,7 @@ def test_an_engine_sum_is_adopted_and_summed_into_in_place(monkeypatch):
     (x * 2.0 + x * 3.0 + x * 4.0).sum().backward()
     assert x.grad.tolist() == [9.0, 9.0]
     assert len(made) == 2 and made[0] is made[1] and type(made[0]) is EngineSum  # one sum, then in place
-    assert x.grad.data is made[0].data and type(x.grad) is engine.Tensor  # adopted, not copied
+    assert x.grad._data is made[0]._data and type(x.grad) is engine.Tensor  # adopted, not copied
     assert made[0].owner is None  # the mark is cleared once taken
 
 
@@ -46,7 +46,7 @@ def test_a_single_gradient_is_copied_never_adopted():
             return out
 
     Keep.apply(x).sum().backward()
-    assert not np.shares_memory(x.grad.data, kept[0].data)
+    assert not np.shares_memory(x.grad._data, kept[0]._data)
     x.grad.mul_(0.0)
     assert kept[0].tolist() == [1.0, 1.0]
 
@@ -69,7 +69,7 @@ def test_two_leaves_fed_the_same_gradient_do_not_share_memory():
     x1 = engine.tensor([1.0, 2.0], requires_grad=True)
     x2 = engine.tensor([3.0, 4.0], requires_grad=True)
     (x1 + x2).sum().backward()  # AddBackward0 hands the same gradient to both leaves
-    assert not np.shares_memory(x1.grad.data, x2.grad.data)
+    assert not np.shares_memory(x1.grad._data, x2.grad._data)
     x1.grad.mul_(10.0)
     assert x2.grad.tolist() == [1.0, 1.0]
 
@@ -78,7 +78,7 @@ def test_user_gradient_is_never_adopted():
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     g = engine.tensor([5.0, 6.0])
     (x + 0.0).backward(g)
-    assert not np.shares_memory(x.grad.data, g.data)
+    assert not np.shares_memory(x.grad._data, g._data)
     x.grad.zero_()
     assert g.tolist() == [5.0, 6.0]
 
@@ -173,7 +173,7 @@ def test_a_post_hook_that_keeps_linears_gradients_gets_its_own_copy(monkeypatch)
     y.grad_fn.register_hook(lambda grad_inputs, grad_outputs: kept.extend(grad_inputs))
     y.sum().backward()
     assert calls == [False, False] and all(type(t) is engine.Tensor for t in kept if t is not None)
-    assert not np.shares_memory(w.grad.data, kept[1].data)
+    assert not np.shares_memory(w.grad._data, kept[1]._data)
     ops.linear(engine.tensor(np.full((4, 3), 2.0)), w, b).sum().backward()
     assert kept[1].tolist() == [[8.0] * 3] * 2 and w.grad.tolist() == [[16.0] * 3] * 2
     assert kept[2].tolist() == [4.0, 4.0] and b.grad.tolist() == [8.0, 8.0]

@@ -47,7 +47,7 @@ def same(a, b) -> bool:
 
 
 def arr(t):
-    return None if t is None else t.data.copy()
+    return None if t is None else t._data.copy()
 
 
 def against_n_zero(workers, run, reps: int = REPS) -> object:
@@ -185,7 +185,7 @@ def test_a_failing_branch_raises_as_with_n_zero_and_leaves_no_partial_grad(worke
             assert (kind, msg) == want, f"n={k} rep {rep}"
             assert got[-1] is None, "the shared leaf accumulated though a branch failed"
             for i, g in enumerate(got[:-1]):
-                assert g is None or same(g.data, full[i]), f"n={k} rep {rep} leaf {i}"
+                assert g is None or same(g._data, full[i]), f"n={k} rep {rep} leaf {i}"
         ws, loss = _branches(None, how)  # usable afterwards, and exact
         loss.backward()
         assert same([arr(w.grad) for w in ws], full)
@@ -419,8 +419,8 @@ def test_six_callers_on_one_retained_graph_with_backward_and_grad(n, run_in_thre
 
     for got in run_in_threads(6, caller):
         assert same(got, [one_w, one_x])
-    np.testing.assert_array_equal(w.grad.data, 18 * one_w)
-    np.testing.assert_array_equal(x.grad.data, 18 * one_x)
+    np.testing.assert_array_equal(w.grad._data, 18 * one_w)
+    np.testing.assert_array_equal(x.grad._data, 18 * one_x)
 
 
 
@@ -462,4 +462,4 @@ def test_optimizer_steps_in_post_accumulate_grad_hooks(n, opt):
         ref_opt.zero_grad()
     for w, r in zip(in_bwd, ref):
         assert w.grad is None
-        np.testing.assert_array_equal(w.data, r.data)
+        np.testing.assert_array_equal(w._data, r._data)

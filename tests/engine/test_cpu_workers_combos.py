@@ -43,7 +43,7 @@ def test_checkpoint_with_a_shared_parameter(workers, use_reentrant):
         outs = [engine.checkpoint(body, x * float(i + 1), use_reentrant=use_reentrant) + ops.matmul(x, w)
                 for i in range(8)]
         ops.sum(ops.stack(outs)).backward()
-        return x.grad.data.copy(), w.grad.data.copy()
+        return x.grad._data.copy(), w.grad._data.copy()
 
     workers(0)
     want = run_once()
@@ -61,18 +61,18 @@ def test_retain_grad_and_inputs(n):
     h = x * 2.0
     h.retain_grad()
     loss = wide(h, 60)
-    want = wide_expected(h.data, 60)[0]
+    want = wide_expected(h._data, 60)[0]
     loss.backward(inputs=[h], retain_graph=True)
-    np.testing.assert_array_equal(h.grad.data, want)
+    np.testing.assert_array_equal(h.grad._data, want)
     assert x.grad is None
     h.grad = None
     loss.backward(inputs=[x, h], retain_graph=True)
-    np.testing.assert_array_equal(h.grad.data, want)
-    np.testing.assert_array_equal(x.grad.data, 2.0 * want)
+    np.testing.assert_array_equal(h.grad._data, want)
+    np.testing.assert_array_equal(x.grad._data, 2.0 * want)
     gh, gx = engine.grad(loss, [h, x])
-    np.testing.assert_array_equal(gh.data, want)
-    np.testing.assert_array_equal(gx.data, 2.0 * want)
-    np.testing.assert_array_equal(h.grad.data, 2.0 * want)  # as torch: grad() runs retain_grad's hook
+    np.testing.assert_array_equal(gh._data, want)
+    np.testing.assert_array_equal(gx._data, 2.0 * want)
+    np.testing.assert_array_equal(h.grad._data, 2.0 * want)  # as torch: grad() runs retain_grad's hook
 
 
 @pytest.mark.timeout(60)
@@ -84,11 +84,11 @@ def test_grad_with_create_graph_then_double_backward(n):
     loss = wide(x, 50, mid=lambda i, t: Probe.apply(t * x * x, log, i))
     (g,) = engine.grad(loss, x, create_graph=True)
     c = sum(float(i % 5 + 1) * (i % 3 + 1) for i in range(50))
-    np.testing.assert_array_equal(g.data, 3.0 * c * x.data ** 2)
+    np.testing.assert_array_equal(g._data, 3.0 * c * x._data ** 2)
     assert g.requires_grad and g.grad_fn is not None
     assert all(t[2] is True for t in log.tags())  # grad mode = create_graph on whichever thread
     g.sum().backward()
-    np.testing.assert_array_equal(x.grad.data, 6.0 * c * x.data)
+    np.testing.assert_array_equal(x.grad._data, 6.0 * c * x._data)
 
 
 @pytest.mark.timeout(60)
@@ -112,7 +112,7 @@ def test_hooks_that_run_a_backward_of_their_own(n):
     loss.backward()
     inner = wide_expected(np.ones(1), 10)[0].tolist()
     assert sorted(results) == [(i, inner) for i in range(40)]
-    np.testing.assert_array_equal(x.grad.data, 2.0 * wide_expected(x.data, 40)[0])
+    np.testing.assert_array_equal(x.grad._data, 2.0 * wide_expected(x._data, 40)[0])
 
 
 @pytest.mark.timeout(60)
@@ -141,7 +141,7 @@ def test_virtual_device_nodes_run_on_their_worker_beside_parallel_cpu_nodes(n, v
         return ops.to(p, "cpu") if d != "cpu" else p
 
     wide(x, 90, mid=mid).backward()
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 90)[0])
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 90)[0])
     with log.lock:
         items = list(log.items)
     assert len(items) == 90
@@ -180,7 +180,7 @@ def test_saved_tensors_hooks_of_the_forward_and_of_the_caller(workers):
             (g,) = engine.grad(loss, x, create_graph=True)
         during = {k: counts[k] - fwd[k] for k in counts}
         (gg,) = engine.grad(g.sum(), x)
-        return fwd, during, g.data.copy(), gg.data.copy()
+        return fwd, during, g._data.copy(), gg._data.copy()
 
     workers(0)
     want = run_once()
@@ -244,7 +244,7 @@ def test_no_grad_and_enable_grad_inside_a_custom_backward(n):
     x = f64([1.0, -3.0])
     wide(x, 30, mid=lambda i, t: Inner.apply(t)).backward()
     c = [float(i % 5 + 1) * (i % 3 + 1) ** 2 for i in range(30)]
-    np.testing.assert_array_equal(x.grad.data, 2.0 * x.data * sum(c))
+    np.testing.assert_array_equal(x.grad._data, 2.0 * x._data * sum(c))
     assert log.tags() == [False] * 30
     assert engine.is_grad_enabled()
 
@@ -264,10 +264,10 @@ def test_a_node_raising_fails_the_backward_with_its_type_and_name(n):
     armed[0] = False
     x.grad = None
     loss.backward()
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 200)[0])
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 200)[0])
     y = f64([3.0])
     wide(y, 50).backward()
-    np.testing.assert_array_equal(y.grad.data, wide_expected(y.data, 50)[0])
+    np.testing.assert_array_equal(y.grad._data, wide_expected(y._data, 50)[0])
     assert all(t.is_alive() for t in before)
 
 
@@ -318,7 +318,7 @@ def test_a_node_running_when_another_fails_routes_nothing(workers):
     assert a.grad is None and b.grad is None
     c = f64([1.0])
     wide(c, 20).backward()
-    np.testing.assert_array_equal(c.grad.data, wide_expected(c.data, 20)[0])
+    np.testing.assert_array_equal(c.grad._data, wide_expected(c._data, 20)[0])
 
 
 @pytest.mark.timeout(60)
@@ -337,7 +337,7 @@ def test_a_hook_raising_fails_the_backward(n):
         loss.backward()
     y = f64([2.0])
     wide(y, 60).backward()
-    np.testing.assert_array_equal(y.grad.data, wide_expected(y.data, 60)[0])
+    np.testing.assert_array_equal(y.grad._data, wide_expected(y._data, 60)[0])
 
 
 @pytest.mark.timeout(60)
@@ -364,10 +364,10 @@ def test_a_final_callback_raising_fails_the_backward_after_every_node(n):
         loss.backward()
     tags = log.tags()
     assert tags[-1] == "cb" and tags.count("cb") == 1 and len(tags) == 81
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 80)[0])  # every node ran
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 80)[0])  # every node ran
     y = f64([2.0])
     wide(y, 30).backward()
-    np.testing.assert_array_equal(y.grad.data, wide_expected(y.data, 30)[0])
+    np.testing.assert_array_equal(y.grad._data, wide_expected(y._data, 30)[0])
 
 
 @pytest.mark.timeout(60)
@@ -393,7 +393,7 @@ def test_an_error_in_a_reentrant_child_reaches_the_caller(n):
     assert str(info.value).count("[raised in") == 1
     y = f64([1.0])
     wide(y, 20).backward()
-    np.testing.assert_array_equal(y.grad.data, wide_expected(y.data, 20)[0])
+    np.testing.assert_array_equal(y.grad._data, wide_expected(y._data, 20)[0])
 
 
 # --- 7. several callers -------------------------------------------------------------------
@@ -420,9 +420,9 @@ def test_eight_callers_on_one_shared_retained_graph(n, run_in_threads):
     run_in_threads(8, lambda i: [loss.backward(retain_graph=True) for _ in range(3)])
     c = [float(i % 5 + 1) for i in range(100)]
     gx = sum(c[i] * 2 * wv[i] ** 2 for i in range(100)) * xv
-    np.testing.assert_array_equal(x.grad.data, 24 * gx)
+    np.testing.assert_array_equal(x.grad._data, 24 * gx)
     for i, w in enumerate(ws):
-        np.testing.assert_array_equal(w.grad.data, 24 * c[i] * 2 * wv[i] * xv ** 2)
+        np.testing.assert_array_equal(w.grad._data, 24 * c[i] * 2 * wv[i] * xv ** 2)
 
 
 @pytest.mark.timeout(60)
@@ -431,13 +431,13 @@ def test_backward_async_futures(n):
     futs = [engine.backward_async(wide(x, 40)) for x in xs]
     assert [f.result(timeout=30) for f in futs] == [None] * 16
     for x in xs:
-        np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 40)[0])
+        np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 40)[0])
     x = f64([1.0])
     bad = engine.backward_async(wide(x, 40, mid=lambda i, t: Boom.apply(t, TypeError("async 9")) if i == 9 else t))
     with pytest.raises(TypeError, match=re.escape("async 9 [raised in BoomBackward during backward]")):
         bad.result(timeout=30)
     (g,) = engine.grad_async(wide(x, 40), x).result(timeout=30)
-    np.testing.assert_array_equal(g.data, wide_expected(x.data, 40)[0])
+    np.testing.assert_array_equal(g._data, wide_expected(x._data, 40)[0])
 
 
 # --- more meeting points ------------------------------------------------------------------
@@ -462,7 +462,7 @@ def test_set_cpu_workers_from_inside_a_running_backward(workers):
     workers(2)
     x = f64([1.0, 2.0])
     wide(x, 100, mid=lambda i, t: Resize.apply(t, 0) if i == 50 else t).backward()
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 100)[0])
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 100)[0])
     assert workers(0) == 0
     for t in helpers():
         t.join(10)
@@ -475,7 +475,7 @@ def test_set_cpu_workers_from_inside_a_running_backward(workers):
     assert workers(1) == 1
     barrier = threading.Barrier(2)
     (Probe.apply(x, probes, "a", barrier).sum() + Probe.apply(x, probes, "b", barrier).sum()).backward()
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 60)[0] + 2.0)
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 60)[0] + 2.0)
 
 
 @pytest.mark.timeout(60)
@@ -589,4 +589,4 @@ def test_a_final_callback_that_runs_a_backward(n):
                 if i == 7 else t)
     loss.backward()
     assert inner == [wide_expected(np.ones(1), 30)[0].tolist()]
-    np.testing.assert_array_equal(x.grad.data, wide_expected(x.data, 40)[0])
+    np.testing.assert_array_equal(x.grad._data, wide_expected(x._data, 40)[0])

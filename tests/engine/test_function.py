@@ -112,9 +112,9 @@ def test_mark_non_differentiable_and_materialized_zero_gradients():
     class SortWithIndex(engine.Function):
         @staticmethod
         def forward(ctx, x):
-            idx = np.argsort(x.data)
+            idx = np.argsort(x._data)
             ctx.idx = idx
-            values = engine.tensor(x.data[idx], dtype=x.dtype)
+            values = engine.tensor(x._data[idx], dtype=x.dtype)
             indices = engine.tensor(idx)
             ctx.mark_non_differentiable(indices)
             return values, indices
@@ -122,8 +122,8 @@ def test_mark_non_differentiable_and_materialized_zero_gradients():
         @staticmethod
         def backward(ctx, g_values, g_indices):
             got.append(g_indices)
-            out = np.zeros_like(g_values.data)
-            out[ctx.idx] = g_values.data
+            out = np.zeros_like(g_values._data)
+            out[ctx.idx] = g_values._data
             return engine.tensor(out, dtype=g_values.dtype)
 
     x = engine.tensor([3.0, 1.0, 2.0], requires_grad=True)

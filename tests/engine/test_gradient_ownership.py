@@ -61,7 +61,7 @@ def test_two_leaves_fed_one_gradient_then_accumulating_again():
     y.backward(retain_graph=True)
     y.backward()
     assert a.grad.tolist() == [12.0, 12.0] and c.grad.tolist() == [12.0, 12.0]
-    assert not np.shares_memory(a.grad.data, c.grad.data)
+    assert not np.shares_memory(a.grad._data, c.grad._data)
 
 
 @pytest.mark.timeout(120)

@@ -141,7 +141,7 @@ def all_helpers_free(k: int) -> None:
 
 
 def grads(ts) -> list:
-    return [None if t.grad is None else t.grad.data.copy() for t in ts]
+    return [None if t.grad is None else t.grad._data.copy() for t in ts]
 
 
 def assert_same(got: list, want: list, what: str = "") -> None:
@@ -368,7 +368,7 @@ def shape_grad_of_some_leaves():
     """grad() of the odd leaves: the edges to x and the even leaves are not runnable."""
     x, ws, _, loss = _product_tree()
     got = list(engine.grad(loss, [ws[i] for i in range(1, 64, 2)]))
-    got = [g.data.copy() for g in got] + grads([x] + ws)
+    got = [g._data.copy() for g in got] + grads([x] + ws)
     return got, [coef(i) * XV for i in range(1, 64, 2)] + [None] * 65
 
 
@@ -378,7 +378,7 @@ def shape_grad_of_some_leaves_each_reached_once():
     private step itself must skip it (else the even leaves would accumulate a .grad)."""
     ws = [f64(w) for w in WV]
     loss = tree([(w * coef(i)).sum() for i, w in enumerate(ws)])
-    got = [g.data.copy() for g in engine.grad(loss, [ws[i] for i in range(1, 64, 2)])]
+    got = [g._data.copy() for g in engine.grad(loss, [ws[i] for i in range(1, 64, 2)])]
     return got + grads(ws), [np.full(3, coef(i)) for i in range(1, 64, 2)] + [None] * 64
 
 
@@ -394,7 +394,7 @@ def shape_grad_with_one_output_of_a_split_cut():
         vals += [(p0 * coef(i)).sum(), (p1 * (coef(i) + 1.0)).sum()]
     (gx,) = engine.grad(tree(vals), [x], no_grad_vars=cut)
     mask1 = (np.arange(8) >= 4).astype(np.float64)
-    return [gx.data.copy()], [sum((coef(i) + 1.0) * mask1 * W8[i] for i in range(64))]
+    return [gx._data.copy()], [sum((coef(i) + 1.0) * mask1 * W8[i] for i in range(64))]
 
 
 class DropEveryOther(engine.Function):
@@ -442,7 +442,7 @@ def shape_grad_with_no_grad_vars():
     """no_grad_vars cuts the edges into every third product: those branches give x nothing."""
     x, ws, hs, loss = _product_tree()
     (gx,) = engine.grad(loss, [x], no_grad_vars=[hs[i] for i in range(0, 64, 3)])
-    return [gx.data.copy()], [sum(coef(i) * WV[i] for i in range(64) if i % 3)]
+    return [gx._data.copy()], [sum(coef(i) * WV[i] for i in range(64) if i % 3)]
 
 
 def shape_retain_graph_twice():
@@ -604,7 +604,7 @@ def test_double_backward_matches_n_zero_and_the_closed_form(workers):
         loss = tree([(w * w * x).sum() * coef(i) for i, w in enumerate(ws)])
         gs = engine.grad(loss, [x] + ws, create_graph=True)
         tree([(g * g).sum() for g in gs]).backward()
-        return [g.detach().data.copy() for g in gs] + grads([x] + ws)
+        return [g.detach()._data.copy() for g in gs] + grads([x] + ws)
 
     workers(0)
     ref = run_tg()

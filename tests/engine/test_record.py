@@ -22,7 +22,7 @@ def _const(shape=(4,)):
 
 
 def _out(x):
-    return _wrap(np.tanh(x.data), x.device)
+    return _wrap(np.tanh(x._data), x.device)
 
 
 def _state(node, out):
@@ -125,7 +125,7 @@ def test_anomaly_trace_ends_at_the_op_the_user_called(op):
 # --- the result makers: output Tensor and recording in one call (Note [Result makers]) ------
 
 def _tensor_slots(t):
-    return (type(t.data), t.data.dtype, t.data.shape, t.device, t._grad, t._vc, t._output_nr, t._acc, t._ext)
+    return (type(t._data), t._data.dtype, t._data.shape, t.device, t._grad, t._vc, t._output_nr, t._acc, t._ext)
 
 
 class _NeverMade:
@@ -140,7 +140,7 @@ class _NeverMade:
 @pytest.mark.parametrize("mode", ["plain", "saved_hooks", "anomaly"])
 def test_unary_result_stores_what_record_stores(make_x, save, mode):
     x = make_x()
-    data = np.tanh(x.data)
+    data = np.tanh(x._data)
     ref = _wrap(data, x.device)
     ref_node = TanhBackward0()
     with _mode(mode):
@@ -148,7 +148,7 @@ def test_unary_result_stores_what_record_stores(make_x, save, mode):
         out = unary_result(x, data, TanhBackward0, {"none": None, "input": x, "output": OUTPUT}[save])
     assert type(out.grad_fn) is TanhBackward0 and out.grad_fn is not ref_node
     assert _state(out.grad_fn, out) == _state(ref_node, ref)
-    assert out.data is data and _tensor_slots(out) == _tensor_slots(ref)
+    assert out._data is data and _tensor_slots(out) == _tensor_slots(ref)
     assert out.grad_fn.sequence_nr > ref_node.sequence_nr  # numbered in recording order
 
 
@@ -160,7 +160,7 @@ def test_binary_result_stores_what_record_stores(a_kind, b_kind, mode):
     a, b = make[a_kind](), make[b_kind]()
     if not (a._rg or b._rg):
         a = _leaf()
-    data = a.data * b.data
+    data = a._data * b._data
     sa, sb = (a if b._rg else None), (b if a._rg else None)  # mul's rule
     ref = _wrap(data, a.device)
     ref_node = MulBackward0()
@@ -169,12 +169,12 @@ def test_binary_result_stores_what_record_stores(a_kind, b_kind, mode):
         out = binary_result(a, b, data, MulBackward0, sa, sb)
     assert type(out.grad_fn) is MulBackward0
     assert _state(out.grad_fn, out) == _state(ref_node, ref)
-    assert out.data is data and _tensor_slots(out) == _tensor_slots(ref)
+    assert out._data is data and _tensor_slots(out) == _tensor_slots(ref)
 
 
 def test_binary_result_with_nothing_saved_saves_nothing():
     a, b = _leaf(), _leaf()
-    out = binary_result(a, b, a.data + b.data, MulBackward0)
+    out = binary_result(a, b, a._data + b._data, MulBackward0)
     assert out.grad_fn._saved == () and out.grad_fn._saved_ver == ()
 
 
@@ -183,8 +183,8 @@ def test_result_makers_record_nothing_when_no_gradient_is_wanted(case):
     x = _const() if case == "no input requires grad" else _leaf()
     c = _const()
     with engine.set_grad_enabled(case != "no_grad"):
-        u = unary_result(x, np.tanh(x.data), _NeverMade, OUTPUT)
-        b = binary_result(x, c, x.data * c.data, _NeverMade, None, c)
+        u = unary_result(x, np.tanh(x._data), _NeverMade, OUTPUT)
+        b = binary_result(x, c, x._data * c._data, _NeverMade, None, c)
     for out in (u, b):
         assert out.grad_fn is None and out._rg is False and out.is_leaf
         assert _tensor_slots(out)[4:] == (None, [0], 0, None, None)
@@ -192,10 +192,10 @@ def test_result_makers_record_nothing_when_no_gradient_is_wanted(case):
 
 def test_result_makers_hold_a_zero_dim_result_as_an_array():
     x = engine.tensor(0.5, requires_grad=True)
-    u = unary_result(x, np.tanh(x.data), TanhBackward0, OUTPUT)  # numpy returns a numpy.float64 here
-    b = binary_result(x, x, x.data * x.data, MulBackward0, x, x)
+    u = unary_result(x, np.tanh(x._data), TanhBackward0, OUTPUT)  # numpy returns a numpy.float64 here
+    b = binary_result(x, x, x._data * x._data, MulBackward0, x, x)
     for out in (u, b):
-        assert type(out.data) is np.ndarray and out.data.shape == ()
+        assert type(out._data) is np.ndarray and out._data.shape == ()
     assert type(u.grad_fn._saved[0]._data) is np.ndarray  # the saved output is the held array
     (g,) = engine.grad(u + b, x)
     assert np.isclose(g.item(), 1 - np.tanh(0.5) ** 2 + 2 * 0.5)
@@ -212,6 +212,6 @@ def test_result_makers_hold_a_zero_dim_result_as_an_array():
 def test_binary_result_gives_torchs_result_dtype(da, db, shape_a, shape_b, want):
     a = engine.tensor(np.ones(shape_a, dtype=da))
     b = engine.tensor(np.ones(shape_b, dtype=db))
-    out = binary_result(a, b, a.data + b.data, MulBackward0)
+    out = binary_result(a, b, a._data + b._data, MulBackward0)
     assert out.dtype == np.dtype(want) and out.shape == (3,)
-    assert np.array_equal(out.data, np.full(3, 2, dtype=want))
+    assert np.array_equal(out._data, np.full(3, 2, dtype=want))

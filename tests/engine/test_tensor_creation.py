@@ -50,7 +50,7 @@ def test_tensor_copies_its_input():
     a[0] = 100.0
     assert t.tolist() == [1.0, 2.0]
     u = engine.tensor(t)
-    t.data[1] = 50.0
+    t._data[1] = 50.0
     assert u.tolist() == [1.0, 2.0]
     assert u.dtype == np.float32
 
@@ -191,7 +191,7 @@ def test_manual_seed_same_numbers_on_every_device(virtual1):
 def test_leaf_attributes():
     t = engine.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
     assert isinstance(t, engine.Tensor)
-    assert isinstance(t.data, np.ndarray)
+    assert isinstance(t._data, np.ndarray)
     assert t.shape == (1, 3)
     assert t.ndim == 2
     assert t.dtype == np.dtype(np.float32)
@@ -303,13 +303,13 @@ def test_numpy_asarray_of_a_tensor_is_its_host_array_as_in_torch():
     t = engine.tensor([[1.0, 2.0], [3.0, 4.0]])
     a = np.asarray(t)
     assert type(a) is np.ndarray and a.dtype == np.float32 and a.shape == (2, 2)
-    assert a is t.data  # shared, like torch's numpy(): no copy
+    assert a is t._data  # shared, like torch's numpy(): no copy
     c = np.array(t)  # numpy.array copies by default
-    assert c is not t.data and c.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert c is not t._data and c.tolist() == [[1.0, 2.0], [3.0, 4.0]]
     d = np.asarray(t, dtype=np.float64)
     assert d.dtype == np.float64 and d.tolist() == [[1.0, 2.0], [3.0, 4.0]]
     if int(np.__version__.split(".")[0]) >= 2:  # numpy 1.x's asarray has no copy=
-        assert np.asarray(t, copy=False) is t.data
+        assert np.asarray(t, copy=False) is t._data
         with pytest.raises(ValueError, match="float32 to float64 needs a copy"):
             np.asarray(t, dtype=np.float64, copy=False)
     # a list of tensors stacks into numbers, not into an array of objects
@@ -317,7 +317,7 @@ def test_numpy_asarray_of_a_tensor_is_its_host_array_as_in_torch():
     assert s.dtype == np.float32 and s.tolist() == [1.0, 2.0]
     v = engine.tensor([5.0], device="virtual:1")  # virtual devices hold host arrays
     if int(np.__version__.split(".")[0]) >= 2:  # numpy 1.x's asarray has no copy=
-        assert np.asarray(v, copy=False) is v.data
+        assert np.asarray(v, copy=False) is v._data
 
 
 def test_tensor_and_full_take_tensors_as_torch_does():
@@ -380,12 +380,12 @@ def test_detach_shares_data_and_version_but_leaves_graph():
     y = x * 2
     d = y.detach()
     assert d.is_leaf and d.grad_fn is None and not d.requires_grad
-    assert d.data is y.data or np.shares_memory(d.data, y.data)
+    assert d._data is y._data or np.shares_memory(d._data, y._data)
     assert d.device is y.device and d.dtype == y.dtype
     y._vc[0] += 1  # (stands in for an in-place op: the counter is shared)
     assert d.version == 1
     xd = x.detach()
-    assert np.shares_memory(xd.data, x.data)
+    assert np.shares_memory(xd._data, x._data)
     assert not xd.requires_grad
     assert x.requires_grad  # detach does not change the original
 
@@ -393,7 +393,7 @@ def test_detach_shares_data_and_version_but_leaves_graph():
 def test_clone_copies_and_is_differentiable():
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     c = x.clone()
-    assert not np.shares_memory(c.data, x.data)
+    assert not np.shares_memory(c._data, x._data)
     assert c.grad_fn.name() == "CloneBackward0"
     assert c.tolist() == [1.0, 2.0]
     (c * engine.tensor([3.0, 5.0])).sum().backward()
@@ -418,7 +418,7 @@ def test_to_device_and_cpu(virtual1):
     v = x.to("virtual:1")
     assert v.device is virtual1
     assert v.tolist() == [1.0, 2.0]
-    assert not np.shares_memory(v.data, x.data)
+    assert not np.shares_memory(v._data, x._data)
     back = v.cpu()
     assert back.device is devices.cpu
     assert back.tolist() == [1.0, 2.0]

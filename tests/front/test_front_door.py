@@ -226,9 +226,9 @@ def test_from_numpy_and_as_tensor_share_memory():
     a = np.zeros(3, dtype=np.float32)
     t = tg.from_numpy(a)
     a[0] = 5.0
-    assert t.tolist() == [5.0, 0.0, 0.0] and tg.as_tensor(a).data is a
+    assert t.tolist() == [5.0, 0.0, 0.0] and tg.as_tensor(a)._data is a
     assert tg.as_tensor(t) is t and tg.as_tensor([1.0]).dtype == tg.float32
-    assert tg.as_tensor(a, dtype=tg.float64).data is not a
+    assert tg.as_tensor(a, dtype=tg.float64)._data is not a
     with pytest.raises(TypeError, match="expected np.ndarray"):
         tg.from_numpy([1.0])
 

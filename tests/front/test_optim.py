@@ -369,7 +369,7 @@ def test_basic_cases_ported_from_torch(k, maximize, contiguous):
         w0, b0 = rng.standard_normal((10, 5, 2))[..., 0], rng.standard_normal((10, 2))[..., 0]
     weight = tg.as_tensor(w0).requires_grad_()  # shares the strided array: a non-contiguous leaf
     bias = tg.as_tensor(b0).requires_grad_()
-    assert weight.data.flags["C_CONTIGUOUS"] == contiguous
+    assert weight._data.flags["C_CONTIGUOUS"] == contiguous
     x = tg.tensor(rng.standard_normal(5))
     opt = PORTED[k](weight, bias, maximize)
     assert type(opt).__name__ in repr(opt) and "Parameter Group 0" in repr(opt)

@@ -22,7 +22,7 @@ def test_reading_grad_fn_of_a_stale_view_regenerates_it():
     assert v.grad_fn.name() == "AsStridedBackward0"
     assert v.grad_fn.next_functions == ((b.grad_fn, 0),)  # one node on the base, as torch's
     ops.sum(ops.mul(v, 3.0)).backward()
-    np.testing.assert_array_equal(x.grad.data, [6.0, 6.0, 0.0, 0.0])
+    np.testing.assert_array_equal(x.grad._data, [6.0, 6.0, 0.0, 0.0])
 
 
 def test_stale_view_grad_fn_matches_torch():
@@ -52,8 +52,8 @@ def test_a_regenerated_view_backprops_its_elements_of_the_new_base(shape, view):
     w = engine.tensor(np.random.default_rng(0).standard_normal(v.shape))
     ops.sum(ops.mul(v, w)).backward()
     scattered = engine.zeros(*shape, dtype=np.float64)
-    view(scattered).data[...] = w.data  # w at the view's positions of the base, zeros elsewhere
-    np.testing.assert_allclose(x.grad.data, 2.0 * a * scattered.data, rtol=1e-12)
+    view(scattered)._data[...] = w._data  # w at the view's positions of the base, zeros elsewhere
+    np.testing.assert_allclose(x.grad._data, 2.0 * a * scattered._data, rtol=1e-12)
 
 
 def test_a_fresh_view_and_a_leaf_read_as_before():
@@ -73,4 +73,4 @@ def test_grad_fn_is_not_writable(value):
         y.grad_fn = fn if value == "node" else None
     assert y.grad_fn is fn
     ops.sum(y).backward()  # the graph is intact
-    np.testing.assert_array_equal(x.grad.data, [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(x.grad._data, [2.0, 2.0, 2.0])

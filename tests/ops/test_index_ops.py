@@ -34,12 +34,12 @@ def test_boolean_mask_and_mixed_index() -> None:
 def test_basic_index_is_a_view_sharing_the_version() -> None:
     x = engine.zeros(3, 4)
     row = x[1]
-    assert np.shares_memory(row.data, x.data)
+    assert np.shares_memory(row._data, x._data)
     row.add_(1.0)
     assert x.version == row.version == 1
     assert x.sum().item() == 4.0
     fancy = x[[0, 1]]
-    assert not np.shares_memory(fancy.data, x.data)
+    assert not np.shares_memory(fancy._data, x._data)
 
 
 def test_out_of_range_index_names_the_shape() -> None:

@@ -186,7 +186,7 @@ def test_in_place_on_transposed_and_strided_views() -> None:
 def test_a_root_laid_out_in_fortran_order_is_rebased_too() -> None:
     x = engine.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=engine.float64, requires_grad=True)
     y = ops.mul(x.transpose(0, 1), 1.0)  # numpy keeps the transposed (Fortran) layout
-    assert y.data.flags.f_contiguous and not y.data.flags.c_contiguous
+    assert y._data.flags.f_contiguous and not y._data.flags.c_contiguous
     y[1:, 1].mul_(10)
     (y * engine.tensor(np.arange(6.0).reshape(3, 2))).sum().backward()
     assert y.tolist() == [[1.0, 4.0], [2.0, 50.0], [3.0, 60.0]]

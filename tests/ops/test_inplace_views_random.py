@@ -23,7 +23,7 @@ def _view(t: engine.Tensor, kind: str, pick: int) -> engine.Tensor:
         return t[pick % t.shape[0]]
     if kind == "transpose" and t.ndim >= 2:
         return t.transpose(0, 1)
-    if kind == "reshape" and t.ndim >= 2 and t.data.flags.c_contiguous:
+    if kind == "reshape" and t.ndim >= 2 and t._data.flags.c_contiguous:
         return t.reshape(-1)
     if kind == "strided":
         return t[::2]

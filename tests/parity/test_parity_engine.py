@@ -399,13 +399,22 @@ def test_anomaly_mode_no_check_nan():
 # --- version counters, views and in-place ---------------------------------------------------
 
 def test_version_counter():
-    """Port of test_autograd.py TestAutograd.test_version_counter (without x.data = ...)."""
+    """Port of test_autograd.py TestAutograd.test_version_counter."""
     x = randn(1, 2)
     x_saved_version = x.version
     x.add_(1).add_(1)
     assert x.version > x_saved_version
     xz = x[:]
     assert x.version == xz.version
+    xz.add_(1)
+    assert x.version == xz.version
+    # `x.data = y` preserves the version counter of `x` (Note [Tensor.data])
+    x_saved_version = x.version
+    x.data = randn(2, 3)
+    assert x.version == x_saved_version
+    x.add_(1)
+    assert x.version > x_saved_version
+    assert x.version == xz.version  # still the counter it shares with xz
     xz.add_(1)
     assert x.version == xz.version
 

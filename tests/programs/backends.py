@@ -79,7 +79,7 @@ class ThreadgradBackend:
         return self.engine.grad(root, inputs, grad_outputs=gout, retain_graph=True, allow_unused=True)
 
     def to_numpy(self, t: Any) -> np.ndarray:
-        return np.array(t.detach().cpu().data, dtype=np.float64)
+        return np.array(t.detach().cpu()._data, dtype=np.float64)
 
     def grad_enabled(self) -> bool:
         return self.engine.is_grad_enabled()

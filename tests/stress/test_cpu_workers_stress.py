@@ -174,8 +174,8 @@ def test_eight_callers_on_one_shared_graph_with_diamonds_hooks_and_reentrant_nod
     loss = wide(x, 60, mid=mid)
     run_threads(8, lambda i: [loss.backward(retain_graph=True) for _ in range(4)], timeout=100)
     c = wide_grad(60)
-    assert x.grad.tolist() == (32 * 5 * c * w.data).tolist()
-    assert w.grad.tolist() == (32 * 5 * c * x.data).tolist()
+    assert x.grad.tolist() == (32 * 5 * c * w._data).tolist()
+    assert w.grad.tolist() == (32 * 5 * c * x._data).tolist()
     assert counts == {"tensor": 32 * 60, "pre": 32 * 60}
 
 
@@ -404,7 +404,7 @@ def test_eight_callers_with_private_trees_and_one_shared_parameter(workers, k):
     p.grad is exactly the sum over the successful calls."""
     workers(k)
     p = f64([1.0, -1.0, 2.0])
-    pv = p.data.copy()
+    pv = p._data.copy()
     lock = threading.Lock()
     total = np.zeros(3)
 

@@ -265,7 +265,7 @@ def _mpi_dtype(MPI: Any, array: numpy.ndarray, fname: str) -> Any:
 
 def _host_copy(t: engine.Tensor) -> numpy.ndarray:
     """A C-contiguous numpy array of t's values that the collective may overwrite."""
-    return numpy.array(t.device.to_host(t.data), copy=True, order="C")
+    return numpy.array(t.device.to_host(t._data), copy=True, order="C")
 
 
 def _write_back(t: engine.Tensor, host: numpy.ndarray) -> None:

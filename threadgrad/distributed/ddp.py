@@ -285,7 +285,7 @@ class DistributedDataParallel:
             r.ready[i] = True
         b = self._buckets[self._bucket_of[i]]
         k = self._slot_of[i]
-        numpy.copyto(r.buffers[b.index][b.offsets[k]:b.offsets[k + 1]], p.device.to_host(p.grad.data).reshape(-1))
+        numpy.copyto(r.buffers[b.index][b.offsets[k]:b.offsets[k + 1]], p.device.to_host(p.grad._data).reshape(-1))
         with self._lock:
             r.pending[b.index] -= 1
             self._launch_ready(r)
@@ -332,7 +332,7 @@ class DistributedDataParallel:
             if p.grad is None:
                 slot[...] = 0
             else:  # accumulated earlier (no_sync): this rank's contribution
-                numpy.copyto(slot, p.device.to_host(p.grad.data).reshape(-1))
+                numpy.copyto(slot, p.device.to_host(p.grad._data).reshape(-1))
         used = None
         with self._lock:
             for i in missing:

@@ -36,11 +36,11 @@ def step_tensor(value: float = 0.0) -> Tensor:
 def zeros_like(p: Tensor, fill: float = 0.0) -> Tensor:
     """A state buffer of ``p``'s shape, dtype and device."""
     xp = p.device.xp
-    return _wrap(xp.full_like(p.data, fill), p.device)
+    return _wrap(xp.full_like(p._data, fill), p.device)
 
 
 def ensure_step(state: dict, key: str = "step") -> Any:
     """The state's ``step`` as a 0-d array (a loaded state dict may hold a number)."""
     if not isinstance(state[key], Tensor):
         state[key] = step_tensor(float(state[key]))
-    return state[key].data
+    return state[key]._data

@@ -49,12 +49,12 @@ class Adadelta(Optimizer):
                     state["acc_delta"] = zeros_like(p)
                 step = ensure_step(state)
                 step += 1
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
                     g = g + wd * param
-                sq, acc = state["square_avg"].data, state["acc_delta"].data
+                sq, acc = state["square_avg"]._data, state["acc_delta"]._data
                 sq *= rho
                 sq += (1 - rho) * g * g
                 std = xp.sqrt(sq + eps)

@@ -56,13 +56,13 @@ class Adagrad(Optimizer):
                 step_t = ensure_step(state)
                 step_t += 1
                 step = float(step_t)
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
                     g = g + wd * param
                 clr = lr / (1 + (step - 1) * lr_decay)
-                s = state["sum"].data
+                s = state["sum"]._data
                 s += g * g
                 std = xp.sqrt(s) + eps
                 param += (-clr) * (g / std)

@@ -53,20 +53,20 @@ class Adam(Optimizer):
             if kernels.fused:  # a GPU: one fused kernel per parameter (Note [Update functions])
                 steps = []
                 for s in states:
-                    s["step"].data += 1
-                    steps.append(int(s["step"].data))
-                kernels.adam([p.data for p in ps], [p.grad.data for p in ps], [s["exp_avg"].data for s in states],
-                             [s["exp_avg_sq"].data for s in states],
-                             [s["max_exp_avg_sq"].data for s in states] if amsgrad else None, steps,
+                    s["step"]._data += 1
+                    steps.append(int(s["step"]._data))
+                kernels.adam([p._data for p in ps], [p.grad._data for p in ps], [s["exp_avg"]._data for s in states],
+                             [s["exp_avg_sq"]._data for s in states],
+                             [s["max_exp_avg_sq"]._data for s in states] if amsgrad else None, steps,
                              lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                              weight_decay=group["weight_decay"], amsgrad=amsgrad, maximize=group["maximize"],
                              decoupled_weight_decay=group["decoupled_weight_decay"])
                 self._finish(ps)
                 continue
-            _adam_update([p.data for p in ps], [p.grad.data for p in ps], [s["exp_avg"].data for s in states],
-                         [s["exp_avg_sq"].data for s in states],
-                         [s["max_exp_avg_sq"].data for s in states] if amsgrad else [],
-                         [s["step"].data for s in states], xp=device.xp, amsgrad=amsgrad, beta1=beta1, beta2=beta2,
+            _adam_update([p._data for p in ps], [p.grad._data for p in ps], [s["exp_avg"]._data for s in states],
+                         [s["exp_avg_sq"]._data for s in states],
+                         [s["max_exp_avg_sq"]._data for s in states] if amsgrad else [],
+                         [s["step"]._data for s in states], xp=device.xp, amsgrad=amsgrad, beta1=beta1, beta2=beta2,
                          lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
                          maximize=group["maximize"], decoupled_weight_decay=group["decoupled_weight_decay"])
             self._finish(ps)
@@ -76,15 +76,15 @@ class Adam(Optimizer):
         if not state:
             xp = p.device.xp
             state["step"] = _wrap(numpy.zeros((), dtype="float32"), devices.cpu)  # on the cpu, as torch's
-            state["exp_avg"] = _wrap(xp.zeros_like(p.data), p.device)
-            state["exp_avg_sq"] = _wrap(xp.zeros_like(p.data), p.device)
+            state["exp_avg"] = _wrap(xp.zeros_like(p._data), p.device)
+            state["exp_avg_sq"] = _wrap(xp.zeros_like(p._data), p.device)
             if amsgrad:
-                state["max_exp_avg_sq"] = _wrap(xp.zeros_like(p.data), p.device)
+                state["max_exp_avg_sq"] = _wrap(xp.zeros_like(p._data), p.device)
         else:
             if not isinstance(state["step"], Tensor):  # a state dict whose step is a number (older torch)
                 state["step"] = _wrap(numpy.asarray(float(state["step"]), dtype="float32"), devices.cpu)
             if amsgrad and "max_exp_avg_sq" not in state:  # amsgrad switched on in a loaded group
-                state["max_exp_avg_sq"] = _wrap(p.device.xp.zeros_like(p.data), p.device)
+                state["max_exp_avg_sq"] = _wrap(p.device.xp.zeros_like(p._data), p.device)
         return state
 
 

@@ -50,12 +50,12 @@ class Adamax(Optimizer):
                 step_t = ensure_step(state)
                 step_t += 1
                 step = float(step_t)
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
                     g = g + wd * param
-                m, u = state["exp_avg"].data, state["exp_inf"].data
+                m, u = state["exp_avg"]._data, state["exp_inf"]._data
                 m += (1 - beta1) * (g - m)  # torch's lerp_ for a weight below 0.5
                 u *= beta2
                 xp.maximum(u, xp.abs(g) + eps, out=u)

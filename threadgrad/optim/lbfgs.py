@@ -142,23 +142,23 @@ class LBFGS(Optimizer):
     # -- the flat view of every parameter -----------------------------------------------------
     def _gather_flat_grad(self) -> Any:
         xp = self._params[0].device.xp
-        return xp.concatenate([xp.zeros(p.numel(), dtype=p.dtype) if p.grad is None else p.grad.data.reshape(-1)
+        return xp.concatenate([xp.zeros(p.numel(), dtype=p.dtype) if p.grad is None else p.grad._data.reshape(-1)
                                for p in self._params])
 
     def _add_grad(self, step_size: float, update: Any) -> None:
         offset = 0
         for p in self._params:
             n = p.numel()
-            p.data += step_size * update[offset:offset + n].reshape(p.shape)
+            p._data += step_size * update[offset:offset + n].reshape(p.shape)
             offset += n
         self._finish(self._params)
 
     def _clone_param(self) -> list:
-        return [p.data.copy() for p in self._params]
+        return [p._data.copy() for p in self._params]
 
     def _set_param(self, values: list) -> None:
         for p, v in zip(self._params, values):
-            p.data[...] = v
+            p._data[...] = v
         self._finish(self._params)
 
     def _directional_evaluate(self, closure: Callable, x: list, t: float, d: Any) -> tuple:
@@ -290,7 +290,7 @@ def _arrays(state: dict) -> dict:
     """The tensors of a saved LBFGS state, as raw arrays (and numbers) for the update."""
     def raw(v: Any) -> Any:
         if isinstance(v, Tensor):
-            return v.data if v.ndim else v.data[()]
+            return v._data if v.ndim else v._data[()]
         if isinstance(v, list):
             return [raw(a) for a in v]
         return v

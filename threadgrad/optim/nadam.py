@@ -57,7 +57,7 @@ class NAdam(Optimizer):
                 step_t += 1
                 step = float(step_t)
                 mu_product = ensure_step(state, "mu_product")
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
@@ -69,7 +69,7 @@ class NAdam(Optimizer):
                 mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * md)))
                 mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * md)))
                 mu_product *= mu  # in float32, as torch's state tensor
-                m, v = state["exp_avg"].data, state["exp_avg_sq"].data
+                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
                 m += (1 - beta1) * (g - m)  # torch's lerp_ for a weight below 0.5
                 v *= beta2
                 v += (1 - beta2) * g * g

@@ -243,7 +243,7 @@ def _cast(param: Tensor, value: Any, key: str) -> Any:
 
         dtype = param.dtype if (key != "step" and value.dtype.kind == "f" and param.dtype.kind == "f") else None
         out = to(value.detach(), param.device, dtype)
-        return out.clone() if out is value or out.data is value.data else out
+        return out.clone() if out is value or out._data is value._data else out
     if isinstance(value, dict):
         return {k: _cast(param, v, k) for k, v in value.items()}
     return value

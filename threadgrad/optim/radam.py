@@ -55,7 +55,7 @@ class RAdam(Optimizer):
                 step_t = ensure_step(state)
                 step_t += 1
                 step = float(step_t)
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
@@ -63,7 +63,7 @@ class RAdam(Optimizer):
                         param *= 1 - lr * wd
                     else:
                         g = g + wd * param
-                m, v = state["exp_avg"].data, state["exp_avg_sq"].data
+                m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
                 m += (1 - beta1) * (g - m)  # torch's lerp_ for a weight below 0.5
                 v *= beta2
                 v += (1 - beta2) * g * g

@@ -54,23 +54,23 @@ class RMSprop(Optimizer):
                         state["grad_avg"] = zeros_like(p)
                 step = ensure_step(state)
                 step += 1
-                param, g = p.data, p.grad.data
+                param, g = p._data, p.grad._data
                 if group["maximize"]:
                     g = -g
                 if wd != 0:
                     g = g + wd * param
-                sq = state["square_avg"].data
+                sq = state["square_avg"]._data
                 sq *= alpha
                 sq += (1 - alpha) * g * g
                 if centered:
-                    ga = state["grad_avg"].data
+                    ga = state["grad_avg"]._data
                     ga += (1 - alpha) * (g - ga)  # torch's lerp_ for a weight below 0.5
                     avg = xp.sqrt(sq - ga * ga)
                 else:
                     avg = xp.sqrt(sq)
                 avg += eps
                 if momentum > 0:
-                    buf = state["momentum_buffer"].data
+                    buf = state["momentum_buffer"]._data
                     buf *= momentum
                     buf += g / avg
                     param -= lr * buf

@@ -48,14 +48,14 @@ class SGD(Optimizer):
         for device, idx in self._by_device(params).items():
             ps = [params[i] for i in idx]
             bufs = [self.state[p].get("momentum_buffer") if p in self.state else None for p in ps]
-            buf_arrays = [None if b is None else b.data for b in bufs]
+            buf_arrays = [None if b is None else b._data for b in bufs]
             hyper = dict(lr=group["lr"], momentum=momentum, dampening=group["dampening"], nesterov=group["nesterov"],
                          weight_decay=group["weight_decay"], maximize=group["maximize"])
             kernels = device.kernels
             if kernels.fused:  # a GPU: one fused kernel per parameter (Note [Update functions])
-                kernels.sgd([p.data for p in ps], [p.grad.data for p in ps], buf_arrays, **hyper)
+                kernels.sgd([p._data for p in ps], [p.grad._data for p in ps], buf_arrays, **hyper)
             else:
-                _sgd_update([p.data for p in ps], [p.grad.data for p in ps], buf_arrays, xp=device.xp, **hyper)
+                _sgd_update([p._data for p in ps], [p.grad._data for p in ps], buf_arrays, xp=device.xp, **hyper)
             if momentum != 0:
                 from ..engine.tensor import _wrap
 

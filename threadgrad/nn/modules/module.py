@@ -588,8 +588,8 @@ def _assign(param: Tensor, new: Tensor) -> None:
     new`` in ``Module._apply``: the same object, no history, no version bump."""
     if new is param:
         return
-    param.device = new.device  # the data setter checks the array against the tensor's device
-    param.data = new
+    param.device = new.device  # (the data setter would refuse another device: Note [Tensor.data])
+    param._data = new._data
 
 
 def _parse_to(*args: Any, **kwargs: Any) -> tuple:
