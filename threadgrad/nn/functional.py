@@ -110,10 +110,53 @@ def _legacy_reduction(fname: str, size_average: Any, reduce: Any, reduction: str
 def cross_entropy(input: Tensor, target: Tensor, weight: Any = None, size_average: Any = None,  # noqa: A002
                   ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
-    """Cross entropy of logits ``input`` against integer class indices ``target``."""
-    _unsupported("cross_entropy", weight=(weight, None), label_smoothing=(label_smoothing, 0.0))
+    """Cross entropy of logits ``input`` (classes on dim 1, or dim 0 for an unbatched ``(C,)``)
+    against class indices or class probabilities ``target``, as ``torch.nn.functional.cross_entropy``:
+    class ``weight``, ``ignore_index`` (indices), ``label_smoothing`` (the loss mixed with the
+    weighted mean of ``-log_softmax`` over the classes, torch's normalization), ``reduction``.
+    Plain class indices take the fused op (one node); the rest is log_softmax and nll_loss."""
     reduction = _legacy_reduction("cross_entropy", size_average, reduce, reduction)
-    return ops.cross_entropy(input, target, reduction=reduction, ignore_index=ignore_index)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    probabilities = isinstance(target, Tensor) and target.dtype.kind == "f"
+    if weight is None and label_smoothing == 0.0 and not probabilities:
+        return ops.cross_entropy(input, target, reduction=reduction, ignore_index=ignore_index)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    class_dim = 0 if input.ndim == 1 else 1
+    n_classes = input.shape[class_dim]
+    lsm = ops.log_softmax(input, class_dim)
+    w = None
+    if weight is not None:
+        if tuple(weight.shape) != (n_classes,):
+            raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes "
+                               f"but got weight tensor of shape: {list(weight.shape)}")
+        w = ops.reshape(weight, (n_classes,) + (1,) * (input.ndim - class_dim - 1))
+    if probabilities:
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"Expected target size {list(input.shape)}, got {list(target.shape)}")
+        if label_smoothing > 0.0:
+            target = ops.add(ops.mul(target, 1.0 - label_smoothing), label_smoothing / n_classes)
+        terms = ops.mul(lsm, target) if w is None else ops.mul(ops.mul(lsm, target), w)
+        if reduction == "none":
+            return ops.neg(ops.sum(terms, class_dim))
+        total = ops.neg(ops.sum(terms))
+        return total if reduction == "sum" else ops.div(total, float(input.numel() // n_classes))
+    nll = nll_loss(lsm, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing == 0.0:
+        return nll
+    smooth = ops.neg(ops.sum(lsm if w is None else ops.mul(lsm, w), class_dim))
+    keep = target != ignore_index
+    smooth = ops.where(keep, smooth, 0.0)
+    if reduction == "sum":
+        smooth = ops.sum(smooth)
+    elif reduction == "mean":
+        if weight is None:
+            smooth = ops.div(ops.sum(smooth), ops.to(ops.sum(keep), None, input.dtype))
+        else:
+            picked = ops.where(keep, ops.getitem(weight, ops.where(keep, target, 0)), 0.0)
+            smooth = ops.div(ops.sum(smooth), ops.sum(picked))
+    return ops.add(ops.mul(nll, 1.0 - label_smoothing), ops.mul(smooth, label_smoothing / n_classes))
 
 
 def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002

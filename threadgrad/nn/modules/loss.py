@@ -50,8 +50,8 @@ class MSELoss(_Loss):
 
 class CrossEntropyLoss(_WeightedLoss):
     """``CrossEntropyLoss(weight=None, size_average=None, ignore_index=-100, reduce=None,
-    reduction='mean', label_smoothing=0.0)``: logits against class indices (``weight`` and
-    ``label_smoothing`` raise NotImplementedError at call, as ``F.cross_entropy`` does)."""
+    reduction='mean', label_smoothing=0.0)``: logits against class indices or class
+    probabilities, as ``F.cross_entropy``."""
 
     def __init__(self, weight: Tensor | None = None, size_average: Any = None, ignore_index: int = -100,
                  reduce: Any = None, reduction: str = "mean", label_smoothing: float = 0.0) -> None:
