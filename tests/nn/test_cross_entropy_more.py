@@ -66,3 +66,35 @@ def test_errors_in_torchs_words():
         tg.nn.functional.cross_entropy(x, tg.tensor([0, 1, 2]), weight=tg.ones(3))
     with pytest.raises(RuntimeError, match="label_smoothing must be between 0.0 and 1.0"):
         tg.nn.functional.cross_entropy(x, tg.tensor([0, 1, 2]), label_smoothing=1.5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("kw", [{}, {"margin": 0.3}])
+def test_cosine_embedding_loss_matches_torch(kw, reduction):
+    rng = np.random.default_rng(3)
+    a0, b0, t0 = rng.standard_normal((6, 4)), rng.standard_normal((6, 4)), np.array([1, -1, 1, -1, -1, 1])
+    got = []
+    for lib in (torch, tg):
+        a, b = lib.tensor(a0, requires_grad=True), lib.tensor(b0, requires_grad=True)
+        y = lib.nn.CosineEmbeddingLoss(reduction=reduction, **kw)(a, b, lib.tensor(t0))
+        (y * lib.tensor(np.arange(y.numel()).reshape(tuple(y.shape)) + 1.0)).sum().backward()
+        got.append((y.detach().numpy(), a.grad.numpy(), b.grad.numpy()))
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("kw", [{}, {"margin": 2.0, "p": 1.0, "swap": True}])
+def test_triplet_margin_loss_matches_torch(kw, reduction):
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal((6, 4)) for _ in range(3)]
+    got = []
+    for lib in (torch, tg):
+        ts = [lib.tensor(a, requires_grad=True) for a in arrays]
+        y = lib.nn.TripletMarginLoss(reduction=reduction, **kw)(*ts)
+        (y * lib.tensor(np.arange(y.numel()).reshape(tuple(y.shape)) + 1.0)).sum().backward()
+        got.append([y.detach().numpy()] + [t.grad.numpy() for t in ts])
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-12)
+    assert repr(tg.nn.TripletMarginLoss()) == repr(torch.nn.TripletMarginLoss())
+    assert repr(tg.nn.CosineEmbeddingLoss()) == repr(torch.nn.CosineEmbeddingLoss())

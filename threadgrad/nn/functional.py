@@ -29,7 +29,8 @@ __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softma
            "l1_loss", "linear", "conv1d", "conv2d", "conv_transpose2d", "dropout", "one_hot", "layer_norm",
            # composites of existing ops (no op of their own; see Note [Composite functionals])
            "bilinear", "scaled_dot_product_attention", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
-           "dropout2d", "normalize", "cosine_similarity", "pairwise_distance", "pad", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "dropout2d", "normalize", "cosine_similarity", "pairwise_distance", "pad", "cosine_embedding_loss",
+           "triplet_margin_loss", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -796,6 +797,35 @@ def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "sum":
         return ops.sum(loss)
     raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+                          size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+    """``1 - cos`` where ``target`` is 1 and ``max(0, cos - margin)`` where it is -1, ``cos`` over
+    dim 1 (dim 0 for 1-D inputs) with torch's ``1e-12`` in each squared magnitude, as
+    ``torch.nn.functional.cosine_embedding_loss``."""
+    reduction = _legacy_reduction("cosine_embedding_loss", size_average, reduce, reduction)
+    dim = 1 if input1.ndim == 2 else 0
+    prod = ops.sum(ops.mul(input1, input2), dim)
+    mag1 = ops.add(ops.sum(ops.mul(input1, input1), dim), 1e-12)
+    mag2 = ops.add(ops.sum(ops.mul(input2, input2), dim), 1e-12)
+    cos = ops.div(prod, ops.sqrt(ops.mul(mag1, mag2)))
+    pos = ops.where(target == 1, ops.sub(1.0, cos), 0.0)
+    neg = ops.where(target == -1, ops.clamp(ops.sub(cos, margin), min=0.0), 0.0)
+    return _reduce_loss(ops.add(pos, neg), reduction)
+
+
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2.0,
+                        eps: float = 1e-6, swap: bool = False, size_average: Any = None, reduce: Any = None,
+                        reduction: str = "mean") -> Tensor:
+    """``max(0, margin + d(a, p) - d(a, n))`` with ``d`` the ``p``-norm pairwise distance (``swap``:
+    ``d(a, n)`` is the smaller of it and ``d(p, n)``), as ``torch.nn.functional.triplet_margin_loss``."""
+    reduction = _legacy_reduction("triplet_margin_loss", size_average, reduce, reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = ops.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce_loss(ops.clamp(ops.sub(ops.add(d_pos, margin), d_neg), min=0.0), reduction)
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
