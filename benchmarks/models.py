@@ -7,6 +7,9 @@ One model code serves both libraries, built from ``lib.nn`` with ``lib`` either 
   through ``masked_fill`` on a ``tril`` mask and ``softmax``, a GELU MLP, weight tying); a step
   is ``zero_grad(set_to_none=True)``, forward, ``F.cross_entropy``, ``backward()``,
   ``clip_grad_norm_(1.0)``, ``AdamW.step()``;
+* ``lstm``: pytorch/examples' word language model shape (Embedding, a 2-layer LSTM, a Linear
+  decoder; 35 steps of batch 20, the hidden state carried over detached, ``clip_grad_norm_``,
+  SGD);
 * ``cnn``: pytorch/examples' MNIST network (two ``Conv2d``, ``max_pool2d``, dropout, two
   ``Linear``, ``log_softmax``) on 28x28 images, ``F.nll_loss``, ``Adadelta`` (its dropout on:
   the losses are compared with dropout off, in a separate run of the first steps).
@@ -16,8 +19,8 @@ first losses of the two are compared, so a wrong result shows up as a warning he
 speed. ``--steps`` steps, then one device synchronize, are one sample; samples of the
 backends interleave. Medians of ``--repeats`` samples after 3 warm-up steps.
 
-Run: ``python benchmarks/models.py`` (cpu, both models; ``--model gpt`` or ``cnn`` for one;
-``--device cuda`` for the GPU, where it needs cupy and torch's cuda build). Writes
+Run: ``python benchmarks/models.py`` (cpu, every model; ``--model gpt``, ``cnn`` or ``lstm`` for
+one; ``--device cuda`` for the GPU, where it needs cupy and torch's cuda build). Writes
 results/models_<device>.md.
 """
 from __future__ import annotations
@@ -111,6 +114,63 @@ def cnn(lib: Any, dropout: bool = True) -> Any:
             return F.nll_loss(F.log_softmax(self.fc2(self.dropout2(x)), dim=1), target)
 
     return Net()
+
+
+def lstm_lm(lib: Any, ntoken: int, ninp: int, nhid: int, nlayers: int) -> Any:
+    """pytorch/examples' word language model shape (Embedding, LSTM, Linear decoder), no dropout."""
+    nn = lib.nn
+
+    class RNNModel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Embedding(ntoken, ninp)
+            self.rnn = nn.LSTM(ninp, nhid, nlayers)
+            self.decoder = nn.Linear(nhid, ntoken)
+
+        def forward(self, x: Any, target: Any, hidden: Any) -> Any:
+            output, hidden = self.rnn(self.encoder(x), hidden)
+            loss = lib.nn.functional.cross_entropy(self.decoder(output).view(-1, ntoken), target.view(-1))
+            return loss, hidden
+
+    return RNNModel()
+
+
+class LstmProgram:
+    """The LSTM language model's step: truncated backprop through ``bptt`` steps (the hidden
+    state carried over, detached), ``clip_grad_norm_(0.25)``, SGD, as pytorch/examples'."""
+
+    def __init__(self, lib: Any, device: str, args: argparse.Namespace, init: dict | None) -> None:
+        self.lib, self.device = lib, device
+        self.name = f"{lib.__name__} {device}"
+        lib.manual_seed(0)
+        model = lstm_lm(lib, args.lm_vocab, args.lm_hidden, args.lm_hidden, 2)
+        if init is not None:
+            model.load_state_dict({k: lib.tensor(v) for k, v in init.items()})
+        self.model = model.to(device)
+        self.opt = lib.optim.SGD(self.model.parameters(), lr=1.0)
+        rng = numpy.random.default_rng(5)
+        data = rng.integers(0, args.lm_vocab, size=(args.lm_bptt + 1, args.lm_batch))
+        self.x = lib.tensor(data[:-1], device=device)
+        self.y = lib.tensor(data[1:], device=device)
+        zeros = numpy.zeros((2, args.lm_batch, args.lm_hidden), dtype=numpy.float32)
+        self.hidden = (lib.tensor(zeros, device=device), lib.tensor(zeros, device=device))
+        self.losses: list[float] = []
+
+    def state(self) -> dict:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def step(self, keep_loss: bool = False) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        hidden = tuple(h.detach() for h in self.hidden)
+        loss, self.hidden = self.model(self.x, self.y, hidden)
+        loss.backward()
+        self.lib.nn.utils.clip_grad_norm_(self.model.parameters(), 0.25)
+        self.opt.step()
+        if keep_loss:
+            self.losses.append(float(loss.item()))
+
+    def sync(self) -> None:
+        _sync(self.lib, self.device)
 
 
 class CnnProgram:
@@ -222,7 +282,7 @@ def _report(title: str, config: str, programs: list, ms: dict, args: argparse.Na
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--model", default="all", choices=("all", "gpt", "cnn"))
+    ap.add_argument("--model", default="all", choices=("all", "gpt", "cnn", "lstm"))
     ap.add_argument("--quick", action="store_true", help="smaller models, 3 repeats")
     ap.add_argument("--no-torch", action="store_true", help="leave out torch even if it is installed")
     ap.add_argument("--repeats", type=int, default=None)
@@ -233,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args.vocab, args.block, args.batch = 65, 64, (8 if args.quick else 32)
     args.n_embd, args.n_head, args.n_layer = (64, 4, 2) if args.quick else (128, 4, 4)
     args.cnn_batch = 16 if args.quick else 64
+    args.lm_vocab, args.lm_hidden, args.lm_bptt, args.lm_batch = (1000, 50, 10, 5) if args.quick else (10000, 200, 35, 20)
     if args.device == "cuda":
         try:
             threadgrad.devices.get("cuda")
@@ -275,6 +336,19 @@ def main(argv: list[str] | None = None) -> int:
         config = (f"pytorch/examples' MNIST CNN (two Conv2d, max_pool2d, dropout, two Linear), batch {args.cnn_batch} "
                   f"of 1x28x28, float32; nll_loss, Adadelta; on {args.device}.")
         lines += _report("MNIST CNN", config, programs, ms, args, checked)
+    if args.model in ("all", "lstm"):
+        programs = []
+        init = None
+        if torch is not None:
+            programs.append(LstmProgram(torch, args.device, args, None))
+            init = programs[0].state()
+        programs.insert(0, LstmProgram(threadgrad, args.device, args, init))
+        ms = measure(programs, args)
+        config = (f"LSTM language model (pytorch/examples' word_language_model shape): Embedding({args.lm_vocab}, "
+                  f"{args.lm_hidden}), LSTM 2 layers of {args.lm_hidden}, Linear decoder; {args.lm_bptt} steps of "
+                  f"batch {args.lm_batch}, hidden state carried over detached; clip_grad_norm_(0.25), SGD; "
+                  f"float32; on {args.device}.")
+        lines += _report("LSTM language model", config, programs, ms, args, [p.losses for p in programs])
     lines += [
         f"- Machine: {machine_summary()}.",
         f"- Median of {args.repeats} samples of {args.steps} steps after 3 warm-up steps, samples interleaved across "
