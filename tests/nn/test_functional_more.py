@@ -89,3 +89,38 @@ def test_dropout2d_zeroes_whole_channels():
     assert set(np.unique(per_channel)) == {0.0, 2.0}
     assert (per_channel.min(axis=2) == per_channel.max(axis=2)).all()
     assert tg.nn.Dropout2d(0.5).eval()(tg.ones(2, 3, 2, 2)).tolist() == tg.ones(2, 3, 2, 2).tolist()
+
+
+INTERPOLATE = [((2, 3, 4, 5), {"scale_factor": 2}), ((2, 3, 4, 5), {"size": (7, 3)}),
+               ((2, 3, 4, 5), {"scale_factor": 1.7}), ((2, 3, 4, 5), {"scale_factor": (2, 0.5), "mode": "nearest-exact"}),
+               ((2, 3, 4, 5), {"size": (7, 9), "mode": "nearest-exact"}), ((2, 3, 4, 5), {"scale_factor": 2, "mode": "bilinear"}),
+               ((2, 3, 4, 5), {"scale_factor": 2, "mode": "bilinear", "align_corners": True}),
+               ((2, 3, 4, 5), {"size": (3, 8), "mode": "bilinear"}),
+               ((2, 3, 4, 5), {"size": (1, 8), "mode": "bilinear", "align_corners": True}),
+               ((2, 3, 4, 5), {"scale_factor": 1.5, "mode": "bilinear", "recompute_scale_factor": True}),
+               ((2, 3, 6), {"scale_factor": 2.5, "mode": "linear"}), ((2, 3, 6), {"size": 4, "mode": "linear", "align_corners": True}),
+               ((2, 3, 6), {"size": 10})]
+
+
+@pytest.mark.parametrize("shape,kw", INTERPOLATE, ids=[str(k) for _, k in INTERPOLATE])
+def test_interpolate_matches_torch(shape, kw):
+    x0 = np.random.default_rng(0).standard_normal(shape)
+    got = []
+    for lib in (torch, tg):
+        x = lib.tensor(x0, requires_grad=True)
+        y = lib.nn.functional.interpolate(x, **kw)
+        (y * lib.tensor(np.arange(y.numel()).reshape(tuple(y.shape)) / 3.0 + 1)).sum().backward()
+        got.append((y.detach().numpy(), x.grad.numpy()))
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-12)
+
+
+def test_upsample_module_as_torch():
+    for kw in ({"scale_factor": 2}, {"size": (3, 4), "mode": "bilinear"},
+               {"scale_factor": 2, "mode": "bilinear", "align_corners": True}):
+        assert repr(tg.nn.Upsample(**kw)) == repr(torch.nn.Upsample(**kw))
+    x0 = np.random.default_rng(1).standard_normal((1, 2, 3, 3))
+    np.testing.assert_allclose(tg.nn.Upsample(scale_factor=2, mode="bilinear")(tg.tensor(x0)).numpy(),
+                               torch.nn.Upsample(scale_factor=2, mode="bilinear")(torch.tensor(x0)).numpy(), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="mode='bicubic'"):
+        tg.nn.functional.interpolate(tg.tensor(x0), scale_factor=2, mode="bicubic")

@@ -30,7 +30,7 @@ __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softma
            # composites of existing ops (no op of their own; see Note [Composite functionals])
            "bilinear", "scaled_dot_product_attention", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
            "dropout2d", "normalize", "cosine_similarity", "pairwise_distance", "pad", "cosine_embedding_loss",
-           "triplet_margin_loss", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "triplet_margin_loss", "interpolate", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -693,6 +693,72 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
             index = numpy.where(folded >= size, period - folded, folded)
         x = ops.getitem(x, (slice(None),) * d + (_constant(x.device.xp.asarray(index), x.device),))
     return x
+
+
+def _interp_matrix(size: int, out: int, mode: str, align_corners: bool, scale: float | None) -> numpy.ndarray:
+    """(out, size): row i holds torch's interpolation weights of output i over the input.
+    ``scale``: the input/output ratio torch uses (from scale_factor), else size/out."""
+    ratio = (size / out) if scale is None else scale
+    m = numpy.zeros((out, size))
+    i = numpy.arange(out)
+    if mode in ("nearest", "nearest-exact"):
+        src = numpy.floor((i + 0.5) * ratio) if mode == "nearest-exact" else numpy.floor(i * ratio)
+        m[i, numpy.minimum(src.astype(int), size - 1)] = 1.0
+        return m
+    if align_corners:
+        src = i * ((size - 1) / (out - 1)) if out > 1 else numpy.zeros(out)
+    else:
+        src = numpy.maximum((i + 0.5) * ratio - 0.5, 0.0)
+    lo = numpy.minimum(numpy.floor(src).astype(int), size - 1)
+    hi = numpy.minimum(lo + 1, size - 1)
+    frac = src - lo
+    numpy.add.at(m, (i, lo), 1.0 - frac)
+    numpy.add.at(m, (i, hi), frac)
+    return m
+
+
+def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest",  # noqa: A002
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:
+    """Resample the spatial dims (the last one for 3-D input, the last two for 4-D), as
+    ``torch.nn.functional.interpolate`` with mode ``nearest``, ``nearest-exact``, ``linear``
+    (3-D) or ``bilinear`` (4-D), torch's ``align_corners`` and its use of ``scale_factor``: one
+    matrix product per dim with the interpolation weights."""
+    if antialias:
+        raise NotImplementedError("interpolate: threadgrad does not support antialias=True; see docs/porting.md")
+    spatial = input.ndim - 2
+    modes = {"nearest": (1, 2), "nearest-exact": (1, 2), "linear": (1,), "bilinear": (2,)}
+    if mode not in modes:
+        raise NotImplementedError(f"interpolate: threadgrad does not support mode={mode!r} (only nearest, "
+                                  "nearest-exact, linear, bilinear); see docs/porting.md")
+    if spatial not in modes[mode]:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{'3D' if mode == 'linear' else '4D' if mode == 'bilinear' else '3D or 4D'} input")
+    if align_corners is not None and mode.startswith("nearest"):
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                         "bicubic | trilinear")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    sizes = tuple(input.shape[2:])
+    if size is not None:
+        out = (size,) * spatial if isinstance(size, int) else tuple(size)
+        scales: tuple = (None,) * spatial
+    else:
+        factors = (scale_factor,) * spatial if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        out = tuple(int(math.floor(n * f)) for n, f in zip(sizes, factors))
+        scales = (None,) * spatial if recompute_scale_factor else tuple(1.0 / f for f in factors)
+    if len(out) != spatial:
+        raise ValueError(f"Input and output must have the same number of spatial dimensions, but got input with "
+                         f"spatial dimensions of {list(sizes)} and output size of {list(out)}.")
+    xp, dev = input.device.xp, input.device
+    result = input
+    for k in range(spatial):
+        m = _interp_matrix(sizes[k], out[k], mode, bool(align_corners), scales[k]).astype(input.dtype)
+        if k == spatial - 1:  # the last dim: x @ M^T
+            result = ops.matmul(result, _constant(xp.asarray(m.T), dev))
+        else:  # the height of a 4-D input: M @ x over (H, W)
+            result = ops.matmul(_constant(xp.asarray(m), dev), result)
+    return result
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002

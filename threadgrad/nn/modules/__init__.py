@@ -13,14 +13,14 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDi
                    SmoothL1Loss, CosineEmbeddingLoss, TripletMarginLoss)
 from .module import Module
 from .normalization import GroupNorm, LayerNorm
-from .pooling import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
+from .pooling import AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d, Upsample
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                           TransformerEncoderLayer)
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool1d", "MaxPool2d", "AvgPool1d",
-           "AvgPool2d", "AdaptiveAvgPool2d", "GroupNorm", "Dropout2d", "BatchNorm1d", "BatchNorm2d", "RNNBase", "RNN", "LSTM", "GRU",
+           "AvgPool2d", "AdaptiveAvgPool2d", "Upsample", "GroupNorm", "Dropout2d", "BatchNorm1d", "BatchNorm2d", "RNNBase", "RNN", "LSTM", "GRU",
            "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
            "Bilinear", "Flatten", "Unflatten", "ReLU", "Tanh", "Sigmoid", "GELU", "Softplus", "Softmax", "LogSoftmax",
            "SiLU", "LeakyReLU", "ELU", "Hardtanh", "ReLU6", "Mish", "LogSigmoid", "Dropout", "Embedding", "LayerNorm",

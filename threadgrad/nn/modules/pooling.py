@@ -91,3 +91,27 @@ class AdaptiveAvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class Upsample(Module):
+    """``Upsample(size=None, scale_factor=None, mode='nearest', align_corners=None,
+    recompute_scale_factor=None)``: F.interpolate."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> None:
+        super().__init__()
+        self.name = type(self).__name__
+        self.size = size
+        if isinstance(scale_factor, tuple):
+            self.scale_factor: Any = tuple(float(f) for f in scale_factor)
+        else:
+            self.scale_factor = float(scale_factor) if scale_factor else None
+        self.mode, self.align_corners, self.recompute_scale_factor = mode, align_corners, recompute_scale_factor
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             recompute_scale_factor=self.recompute_scale_factor)
+
+    def extra_repr(self) -> str:
+        info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
+        return info + f", mode={self.mode!r}"
