@@ -124,3 +124,17 @@ def test_upsample_module_as_torch():
                                torch.nn.Upsample(scale_factor=2, mode="bilinear")(torch.tensor(x0)).numpy(), rtol=1e-12)
     with pytest.raises(NotImplementedError, match="mode='bicubic'"):
         tg.nn.functional.interpolate(tg.tensor(x0), scale_factor=2, mode="bicubic")
+
+
+@pytest.mark.parametrize("kw", [{"kernel_size": 2}, {"kernel_size": (3, 2), "stride": 2, "padding": 1}])
+def test_unfold_and_fold_match_torch(kw):
+    x0 = np.random.default_rng(2).standard_normal((2, 3, 6, 5))
+    got = []
+    for lib in (torch, tg):
+        x = lib.tensor(x0, requires_grad=True)
+        cols = lib.nn.functional.unfold(x, **kw)
+        back = lib.nn.functional.fold(cols * 2.0, (6, 5), **kw)
+        (back * lib.tensor(np.arange(back.numel()).reshape(tuple(back.shape)) + 1.0)).sum().backward()
+        got.append((cols.detach().numpy(), back.detach().numpy(), x.grad.numpy()))
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-12, atol=1e-12)

@@ -30,7 +30,7 @@ __all__ = ["relu", "gelu", "sigmoid", "tanh", "softplus", "softmax", "log_softma
            # composites of existing ops (no op of their own; see Note [Composite functionals])
            "bilinear", "scaled_dot_product_attention", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "group_norm",
            "dropout2d", "normalize", "cosine_similarity", "pairwise_distance", "pad", "cosine_embedding_loss",
-           "triplet_margin_loss", "interpolate", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
+           "triplet_margin_loss", "interpolate", "unfold", "fold", "embedding", "nll_loss", "silu", "leaky_relu", "elu", "hardtanh", "relu6",
            "mish", "logsigmoid", "binary_cross_entropy", "binary_cross_entropy_with_logits", "smooth_l1_loss",
            "huber_loss", "kl_div"]
 
@@ -759,6 +759,43 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
         else:  # the height of a 4-D input: M @ x over (H, W)
             result = ops.matmul(_constant(xp.asarray(m), dev), result)
     return result
+
+
+def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:  # noqa: A002
+    """The sliding ``kernel_size`` blocks of a (N, C, H, W) ``input`` as columns,
+    ``(N, C*kh*kw, L)``, as ``torch.nn.functional.unfold`` (conv2d's im2col; no dilation)."""
+    if dilation not in (1, (1, 1), [1, 1]):
+        _unsupported("unfold", dilation=(dilation, 1))
+    k, st, pd = ((v, v) if isinstance(v, int) else tuple(v) for v in (kernel_size, stride, padding))
+    x, unbatched = (ops.unsqueeze(input, 0), True) if input.ndim == 3 else (input, False)
+    if x.ndim != 4:
+        raise RuntimeError(f"Input Error: Only 3D or 4D input Tensors are supported (got {input.ndim}D)")
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * pd[0] - k[0]) // st[0] + 1, (w + 2 * pd[1] - k[1]) // st[1] + 1
+    if oh < 1 or ow < 1:
+        raise RuntimeError(f"Given input with spatial size ({h}, {w}), kernel_size={k}, dilation=(1, 1), "
+                           f"padding={pd}, calculated shape of the array of sliding blocks as ({oh}, {ow}), "
+                           "but its components must be at least one.")
+    cols = _im2col(x, (n, c, h, w, k[0], k[1], st, pd, oh, ow))
+    return ops.squeeze(cols, 0) if unbatched else cols
+
+
+def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0,  # noqa: A002
+         stride: Any = 1) -> Tensor:
+    """The adjoint of :func:`unfold`: columns ``(N, C*kh*kw, L)`` summed back into a
+    (N, C, H, W) image of ``output_size``, as ``torch.nn.functional.fold`` (no dilation)."""
+    if dilation not in (1, (1, 1), [1, 1]):
+        _unsupported("fold", dilation=(dilation, 1))
+    k, st, pd, size = ((v, v) if isinstance(v, int) else tuple(v) for v in (kernel_size, stride, padding, output_size))
+    x, unbatched = (ops.unsqueeze(input, 0), True) if input.ndim == 2 else (input, False)
+    n, ckk, length = x.shape
+    oh, ow = (size[0] + 2 * pd[0] - k[0]) // st[0] + 1, (size[1] + 2 * pd[1] - k[1]) // st[1] + 1
+    if ckk % (k[0] * k[1]) or oh * ow != length:
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, "
+                           f"and its dimension 2 to match the calculated number of sliding blocks {oh} * {ow} = "
+                           f"{oh * ow}, but got input.size(1)={ckk} and input.size(2)={length}.")
+    out = _col2im(x, (n, ckk // (k[0] * k[1]), size[0], size[1], k[0], k[1], st, pd, oh, ow))
+    return ops.squeeze(out, 0) if unbatched else out
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None,  # noqa: A002
