@@ -247,23 +247,26 @@ class Col2ImBackward0(Node):
         return (_im2col(g, self.geom),)
 
 
-def _geometry(shape: tuple, kh: int, kw: int, stride: tuple, padding: tuple) -> tuple:
+def _geometry(shape: tuple, kh: int, kw: int, stride: tuple, padding: tuple, dilation: tuple = (1, 1)) -> tuple:
+    """``(n, c, h, w, kh, kw, stride, padding, oh, ow, dilation)``: what _im2col and _col2im
+    take (callers may leave out the dilation, (1, 1))."""
     n, c, h, w = shape
-    oh = (h + 2 * padding[0] - kh) // stride[0] + 1
-    ow = (w + 2 * padding[1] - kw) // stride[1] + 1
-    return (n, c, h, w, kh, kw, stride, padding, oh, ow)
+    oh = (h + 2 * padding[0] - ((kh - 1) * dilation[0] + 1)) // stride[0] + 1
+    ow = (w + 2 * padding[1] - ((kw - 1) * dilation[1] + 1)) // stride[1] + 1
+    return (n, c, h, w, kh, kw, stride, padding, oh, ow, dilation)
 
 
 def _im2col(x: Tensor, geom: tuple) -> Tensor:
     """``(N, C, H, W)`` -> ``(N, C*kh*kw, OH*OW)`` patch columns (a strided view, then one copy)."""
-    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
+    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom[:10]
+    dh, dw = geom[10] if len(geom) > 10 else (1, 1)
     xp = x.device.xp
     data = x._data
     if ph or pw:
         data = xp.pad(data, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     s0, s1, s2, s3 = data.strides
     windows = xp.lib.stride_tricks.as_strided(
-        data, shape=(n, c, kh, kw, oh, ow), strides=(s0, s1, s2, s3, s2 * sh, s3 * sw))
+        data, shape=(n, c, kh, kw, oh, ow), strides=(s0, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw))
     out = _wrap(windows.reshape(n, c * kh * kw, oh * ow), x.device)  # reshape copies
     if tls.grad_enabled and x._rg:
         node = Im2ColBackward0()
@@ -274,13 +277,14 @@ def _im2col(x: Tensor, geom: tuple) -> Tensor:
 
 def _col2im(g: Tensor, geom: tuple) -> Tensor:
     """The adjoint of :func:`_im2col`: patch columns summed back into an image."""
-    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom
+    n, c, h, w, kh, kw, (sh, sw), (ph, pw), oh, ow = geom[:10]
+    dh, dw = geom[10] if len(geom) > 10 else (1, 1)
     xp = g.device.xp
     cols = g._data.reshape(n, c, kh, kw, oh, ow)
     img = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=g.dtype)
     for i in range(kh):  # kh*kw strided adds: each kernel offset covers the image once
         for j in range(kw):
-            img[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw] += cols[:, :, i, j]
+            img[:, :, i * dh:i * dh + sh * oh:sh, j * dw:j * dw + sw * ow:sw] += cols[:, :, i, j]
     out = _wrap(xp.ascontiguousarray(img[:, :, ph:ph + h, pw:pw + w]), g.device)
     if tls.grad_enabled and g._rg:
         node = Col2ImBackward0()
@@ -290,9 +294,12 @@ def _col2im(g: Tensor, geom: tuple) -> Tensor:
 
 
 @register
-def conv2d(x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0) -> Tensor:
+def conv2d(x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1) -> Tensor:
     """2-D cross-correlation of ``x`` ``(N, C, H, W)`` (or ``(C, H, W)``) with ``weight``
-    ``(O, C, kh, kw)``, plus ``bias`` ``(O,)``; ``stride``/``padding`` are ints or pairs.
+    ``(O, C // groups, kh, kw)``, plus ``bias`` ``(O,)``; ``stride``/``padding``/``dilation`` are
+    ints or pairs; ``groups`` splits the channels (each group of ``O // groups`` outputs sees
+    its ``C // groups`` inputs). One patch-column copy, then one (batched) product.
 
     >>> from threadgrad import engine, ops
     >>> ops.conv2d(engine.ones(1, 2, 5, 5), engine.ones(3, 2, 3, 3), padding=1).shape
@@ -302,21 +309,29 @@ def conv2d(x: Tensor, weight: Tensor, bias: Any = None, stride: Any = 1, padding
     check_tensor(weight, "conv2d", "weight")
     _same_device("conv2d", x, weight, bias)
     st, pd = _pair(stride, "conv2d", "stride"), _pair(padding, "conv2d", "padding")
-    if st[0] < 1 or st[1] < 1 or pd[0] < 0 or pd[1] < 0:
-        raise RuntimeError(f"conv2d: stride must be positive and padding non-negative, got stride={st}, padding={pd}")
+    dl = _pair(dilation, "conv2d", "dilation")
+    if st[0] < 1 or st[1] < 1 or pd[0] < 0 or pd[1] < 0 or dl[0] < 1 or dl[1] < 1:
+        raise RuntimeError(f"conv2d: stride and dilation must be positive and padding non-negative, got "
+                           f"stride={st}, padding={pd}, dilation={dl}")
+    if not isinstance(groups, int) or groups < 1:
+        raise RuntimeError(f"non-positive groups is not supported, got groups={groups}")
     if x.ndim == 3:
-        return squeeze(conv2d(unsqueeze(x, 0), weight, bias, st, pd), 0)
-    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1]:
-        raise RuntimeError(f"conv2d: expected input (N, C, H, W) and weight (O, C, kh, kw) with equal C, "
-                           f"got input {list(x.shape)} and weight {list(weight.shape)}")
-    o, c, kh, kw = weight.shape
-    geom = _geometry(x.shape, kh, kw, st, pd)
-    if geom[-2] < 1 or geom[-1] < 1:
-        raise RuntimeError(f"conv2d: kernel {kh}x{kw} is larger than the padded input "
+        return squeeze(conv2d(unsqueeze(x, 0), weight, bias, st, pd, dl, groups), 0)
+    if x.ndim != 4 or weight.ndim != 4 or x.shape[1] != weight.shape[1] * groups or weight.shape[0] % groups:
+        raise RuntimeError(f"conv2d: expected input (N, C, H, W) and weight (O, C/groups, kh, kw) with groups "
+                           f"dividing O, got input {list(x.shape)}, weight {list(weight.shape)} and groups={groups}")
+    o, cg, kh, kw = weight.shape
+    geom = _geometry(x.shape, kh, kw, st, pd, dl)
+    if geom[8] < 1 or geom[9] < 1:
+        raise RuntimeError(f"conv2d: kernel {kh}x{kw} (dilation {dl}) is larger than the padded input "
                            f"{x.shape[2] + 2 * pd[0]}x{x.shape[3] + 2 * pd[1]}")
-    cols = _im2col(x, geom)                                   # (N, C*kh*kw, L)
-    out = matmul(reshape(weight, (o, c * kh * kw)), cols)     # (N, O, L)
-    out = reshape(out, (x.shape[0], o, geom[-2], geom[-1]))
+    cols = _im2col(x, geom)                                       # (N, C*kh*kw, L)
+    if groups == 1:
+        out = matmul(reshape(weight, (o, cg * kh * kw)), cols)    # (N, O, L)
+    else:  # one product per group, batched: (g, O/g, K) @ (N, g, K, L) -> (N, g, O/g, L)
+        k = cg * kh * kw
+        out = matmul(reshape(weight, (groups, o // groups, k)), reshape(cols, (x.shape[0], groups, k, cols.shape[-1])))
+    out = reshape(out, (x.shape[0], o, geom[8], geom[9]))
     if bias is not None:
         out = add(out, reshape(bias, (1, o, 1, 1)))
     return out

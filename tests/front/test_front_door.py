@@ -121,7 +121,7 @@ def test_nn_functional_refuses_what_it_cannot_do():
     with pytest.raises(NotImplementedError, match="max_norm=1.0"):
         F.embedding(tg.tensor([0, 1]), x, max_norm=1.0)
     with pytest.raises(NotImplementedError, match="groups=2"):
-        F.conv2d(tg.ones(1, 2, 4, 4), tg.ones(2, 1, 3, 3), groups=2)
+        F.conv_transpose2d(tg.ones(1, 2, 4, 4), tg.ones(2, 1, 3, 3), groups=2)
     with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):
         assert F.softmax(x).shape == (2, 3)
 

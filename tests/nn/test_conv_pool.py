@@ -97,8 +97,7 @@ def test_pooling_modules_and_errors_in_torchs_words():
     with pytest.raises(RuntimeError, match="pad should be at most half of effective kernel size, but got pad=2, "
                                            "kernel_size=2 and dilation=1"):
         tg.nn.functional.max_pool2d(x, 2, padding=2)
-    with pytest.raises(NotImplementedError, match="groups=2"):
-        tg.nn.Conv2d(4, 4, 3, groups=2)(tg.randn(1, 4, 5, 5))
+    assert tg.nn.Conv2d(4, 4, 3, groups=2, dilation=2)(tg.randn(1, 4, 5, 5)).shape == (1, 4, 1, 1)
     with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
         tg.nn.Conv2d(3, 4, 3, groups=2)
 
@@ -143,3 +142,24 @@ def test_conv_transpose2d_output_size_and_errors():
         m(tg.randn(1, 8, 5, 5), output_size=(14, 14))
     with pytest.raises(RuntimeError, match="output padding must be smaller than either stride or dilation"):
         tg.nn.functional.conv_transpose2d(tg.randn(1, 2, 3, 3), tg.randn(2, 2, 3, 3), output_padding=1)
+
+
+@pytest.mark.parametrize("kw", [{"groups": 2}, {"groups": 4, "padding": 1}, {"dilation": 2},
+                                {"dilation": (2, 3), "stride": 2, "padding": (2, 1)},
+                                {"dilation": 2, "groups": 2, "padding": "same"}])
+def test_conv2d_dilation_and_groups_match_torch(kw):
+    groups = kw.get("groups", 1)
+    torch.manual_seed(0)
+    theirs = torch.nn.Conv2d(4, 8, 3, **kw).double()
+    ours = tg.nn.Conv2d(4, 8, 3, **kw).double()
+    assert repr(ours) == repr(theirs) and ours.weight.shape == (8, 4 // groups, 3, 3)
+    ours.load_state_dict({k: tg.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    x0 = np.random.default_rng(1).standard_normal((2, 4, 9, 9))
+    got = []
+    for lib, m in ((torch, theirs), (tg, ours)):
+        x = lib.tensor(x0, requires_grad=True)
+        y = m(x)
+        (y * y).sum().backward()
+        got.append([y.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in m.parameters()])
+    for want, mine in zip(*got):
+        np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-10)

@@ -118,6 +118,22 @@ def _np_conv2d(x: np.ndarray, w: np.ndarray, b: Any = None, stride: int = 1, pad
     return out
 
 
+def _np_dilate(w: np.ndarray, d: int) -> np.ndarray:
+    """A kernel with d-1 zeros between its taps: a dilated conv is the plain one with it."""
+    o, c, kh, kw = w.shape
+    out = np.zeros((o, c, (kh - 1) * d + 1, (kw - 1) * d + 1))
+    out[:, :, ::d, ::d] = w
+    return out
+
+
+def _np_grouped(x: np.ndarray, w: np.ndarray, b: Any, groups: int, padding: int = 0) -> np.ndarray:
+    """A grouped conv as one plain conv per group of channels, concatenated."""
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    parts = [_np_conv2d(x[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og], b[g * og:(g + 1) * og], padding=padding)
+             for g in range(groups)]
+    return np.concatenate(parts, axis=1)
+
+
 def _np_layer_norm(x: np.ndarray, k: int, w: Any = None, b: Any = None, eps: float = 1e-5) -> np.ndarray:
     axes = tuple(range(x.ndim - k, x.ndim))
     y = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
@@ -342,6 +358,10 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(t(2, 1, 5, 5), t(2, 1, 3, 3), kwargs={"stride": 2, "padding": 1},
                ref=lambda x, w: _np_conv2d(x, w, stride=2, padding=1), desc="stride 2 padding 1"),
         Sample(t(1, 3, 3), t(1, 1, 2, 2), ref=lambda x, w: _np_conv2d(x[:, None], w)[:, 0], desc="unbatched"),
+        Sample(t(1, 2, 6, 6), t(2, 2, 2, 2), kwargs={"dilation": 2},
+               ref=lambda x, w: _np_conv2d(x, _np_dilate(w, 2)), desc="dilation 2"),
+        Sample(t(1, 4, 4, 4), t(4, 2, 2, 2), t(4), kwargs={"groups": 2, "padding": 1},
+               ref=lambda x, w, b: _np_grouped(x, w, b, 2, padding=1), desc="groups 2"),
     ],
     "dropout": lambda: [
         Sample(t(4, 5), args=(0.5,), seed=7, desc="p=0.5 seeded"),

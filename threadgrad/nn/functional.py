@@ -205,24 +205,22 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,  # noqa: A002
            dilation: Any = 1, groups: int = 1) -> Tensor:
-    """2-D cross-correlation; ``padding`` an int, a pair, ``'valid'`` or ``'same'`` (stride 1,
-    odd kernels)."""
-    if dilation not in (1, (1, 1), [1, 1]):
-        _unsupported("conv2d", dilation=(dilation, 1))
-    _unsupported("conv2d", groups=(groups, 1))
+    """2-D cross-correlation, as ``torch.nn.functional.conv2d``: ``padding`` an int, a pair,
+    ``'valid'`` or ``'same'`` (stride 1, odd effective kernels); ``dilation``; ``groups``."""
     if padding == "valid":
         padding = 0
     elif padding == "same":
         kh, kw = weight.shape[-2:]
+        dh, dw = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
         if stride not in (1, (1, 1), [1, 1]):
             raise ValueError("padding='same' is not supported for strided convolutions")
-        if kh % 2 == 0 or kw % 2 == 0:
-            raise NotImplementedError("conv2d: padding='same' with an even kernel size needs asymmetric padding, "
-                                      "which threadgrad does not support")
-        padding = (kh // 2, kw // 2)
+        if (kh - 1) * dh % 2 or (kw - 1) * dw % 2:
+            raise NotImplementedError("conv2d: padding='same' with an even effective kernel size needs asymmetric "
+                                      "padding, which threadgrad does not support")
+        padding = ((kh - 1) * dh // 2, (kw - 1) * dw // 2)
     elif isinstance(padding, str):
         raise ValueError(f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}")
-    return ops.conv2d(input, weight, bias, stride, padding)
+    return ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
@@ -528,11 +526,9 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
            dilation: Any = 1, groups: int = 1) -> Tensor:
     """1-D cross-correlation of ``input`` ``(N, C, L)`` (or ``(C, L)``) with ``weight`` ``(O, C, k)``:
     conv2d over a height of 1, as ``torch.nn.functional.conv1d``."""
-    if dilation not in (1, (1,), [1]):
-        _unsupported("conv1d", dilation=(dilation, 1))
     x = ops.unsqueeze(input, -2)
-    out = conv2d(x, ops.unsqueeze(weight, -2), bias, _single_to_pair(stride, 1), _single_to_pair(padding, 0), 1,
-                 groups)
+    out = conv2d(x, ops.unsqueeze(weight, -2), bias, _single_to_pair(stride, 1), _single_to_pair(padding, 0),
+                 _single_to_pair(dilation, 1), groups)
     return ops.squeeze(out, -2)
 
 

@@ -22,8 +22,8 @@ class Conv2d(Module):
     groups=1, bias=True, padding_mode='zeros', device=None, dtype=None)``: ``weight``
     ``(out_channels, in_channels // groups, kh, kw)`` kaiming_uniform_(a=sqrt(5)) and ``bias``
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as torch's. ``padding`` an int, a pair, ``'valid'`` or
-    ``'same'``. threadgrad's conv2d has no ``dilation``, ``groups`` or padding modes other
-    than zeros: they raise NotImplementedError in torch's argument names."""
+    ``'same'``; ``dilation``, ``groups``. Padding modes other than zeros raise
+    NotImplementedError."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0,
                  dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
