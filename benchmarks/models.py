@@ -135,7 +135,25 @@ def lstm_lm(lib: Any, ntoken: int, ninp: int, nhid: int, nlayers: int) -> Any:
     return RNNModel()
 
 
-class LstmProgram:
+class _Steps:
+    """What the model programs share: the name, the state to copy, the device's synchronize."""
+
+    lib: Any
+    device: str
+    model: Any
+
+    def state(self) -> dict:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            if self.lib.__name__ == "torch":
+                self.lib.cuda.synchronize()
+            else:
+                threadgrad.devices.get("cuda").synchronize()
+
+
+class LstmProgram(_Steps):
     """The LSTM language model's step: truncated backprop through ``bptt`` steps (the hidden
     state carried over, detached), ``clip_grad_norm_(0.25)``, SGD, as pytorch/examples'."""
 
@@ -156,9 +174,6 @@ class LstmProgram:
         self.hidden = (lib.tensor(zeros, device=device), lib.tensor(zeros, device=device))
         self.losses: list[float] = []
 
-    def state(self) -> dict:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
-
     def step(self, keep_loss: bool = False) -> None:
         self.opt.zero_grad(set_to_none=True)
         hidden = tuple(h.detach() for h in self.hidden)
@@ -169,11 +184,8 @@ class LstmProgram:
         if keep_loss:
             self.losses.append(float(loss.item()))
 
-    def sync(self) -> None:
-        _sync(self.lib, self.device)
 
-
-class CnnProgram:
+class CnnProgram(_Steps):
     """The MNIST CNN's training step of one library on one device."""
 
     def __init__(self, lib: Any, device: str, args: argparse.Namespace, init: dict | None,
@@ -191,9 +203,6 @@ class CnnProgram:
         self.y = lib.tensor(rng.integers(0, 10, size=args.cnn_batch), device=device)
         self.losses: list[float] = []
 
-    def state(self) -> dict:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
-
     def step(self, keep_loss: bool = False) -> None:
         self.opt.zero_grad(set_to_none=True)
         loss = self.model(self.x, self.y)
@@ -202,19 +211,8 @@ class CnnProgram:
         if keep_loss:
             self.losses.append(float(loss.item()))
 
-    def sync(self) -> None:
-        _sync(self.lib, self.device)
 
-
-def _sync(lib: Any, device: str) -> None:
-    if device == "cuda":
-        if lib.__name__ == "torch":
-            lib.cuda.synchronize()
-        else:
-            threadgrad.devices.get("cuda").synchronize()
-
-
-class Program:
+class Program(_Steps):
     """The GPT training step of one library on one device."""
 
     def __init__(self, lib: Any, device: str, args: argparse.Namespace, init: dict | None) -> None:
@@ -232,9 +230,6 @@ class Program:
         self.y = lib.tensor(data[:, 1:], device=device)
         self.losses: list[float] = []
 
-    def state(self) -> dict:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
-
     def step(self, keep_loss: bool = False) -> None:
         self.opt.zero_grad(set_to_none=True)
         loss = self.model(self.x, self.y)
@@ -243,9 +238,6 @@ class Program:
         self.opt.step()
         if keep_loss:
             self.losses.append(float(loss.item()))
-
-    def sync(self) -> None:
-        _sync(self.lib, self.device)
 
 
 def measure(programs: list[Program], args: argparse.Namespace) -> dict[str, float]:

@@ -265,10 +265,7 @@ class RNNCellBase(Module):
             self.register_parameter("bias_hh", None)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        stdv = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0
-        for weight in self.parameters():
-            init.uniform_(weight, -stdv, stdv)
+    reset_parameters = RNNBase.reset_parameters  # every parameter U(-1/sqrt(hidden), 1/sqrt(hidden))
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
