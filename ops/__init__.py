@@ -19,6 +19,8 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
+from .math import (acos, acosh, asin, asinh, atan, atanh, ceil, cosh, exp2, expm1, floor, frac, isfinite, isinf,
+                   isnan, log10, log1p, log2, reciprocal, round, rsqrt, sign, sinh, square, trunc)
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
@@ -29,4 +31,5 @@ from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
 
 # Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
-__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "REGISTRY", "register"]
+__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "REGISTRY",
+                             "register"]

@@ -12,6 +12,7 @@ import numpy
 from ..engine.tensor import Tensor, _wrap, add_methods
 
 from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
+from . import math as pointwise
 from ._core import binary_operands, normalize_dim
 
 
@@ -52,6 +53,10 @@ _METHODS: dict[str, Any] = {
     "neg": elementwise.neg, "pow": elementwise.pow, "matmul": linalg.matmul,
     "exp": elementwise.exp, "log": elementwise.log, "sqrt": elementwise.sqrt, "abs": elementwise.abs,
     "sin": elementwise.sin, "cos": elementwise.cos, "tanh": elementwise.tanh,
+    **{name: getattr(pointwise, name) for name in (
+        "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin", "acos",
+        "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac", "isnan", "isinf",
+        "isfinite")},
     "clamp": elementwise.clamp, "maximum": elementwise.maximum, "minimum": elementwise.minimum,
     "sigmoid": activation.sigmoid, "relu": activation.relu,
     "softmax": activation.softmax, "log_softmax": activation.log_softmax,

@@ -16,8 +16,8 @@ names the engine package re-exports.
 >>> from threadgrad import engine, ops
 >>> x = engine.tensor([1.0, 2.0], requires_grad=True)
 >>> ops.sum(ops.tanh(x) * 2).backward()
->>> [round(v, 4) for v in x.grad.tolist()]
-[0.8399, 0.1413]
+>>> [f"{v:.4f}" for v in x.grad.tolist()]
+['0.8399', '0.1413']
 
 The flat namespace below is the front door for torch users: what they reach for as
 ``torch.X`` is ``tg.X`` (creation functions, dtypes, every op, grad mode, ``Tensor``,

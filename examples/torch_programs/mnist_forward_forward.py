@@ -8,8 +8,7 @@ negative data by its "goodness"; labels are overlaid on the images with indexed 
 Changed from the original: the import lines (``torch`` -> ``threadgrad``), and the data: no
 MNIST here, so the images are scikit-learn's digits, each pixel made a 3x3 block and padded
 by 2 to 28x28, scaled to [0, 1] and normalized with MNIST's mean and std as the original's
-transform does, flattened to 784 (1500 to train, the rest to test); and one line: threadgrad
-has no ``torch.log1p`` yet, so the loss's ``log1p(exp(z))`` is written ``log(1 + exp(z))``.
+transform does, flattened to 784 (1500 to train, the rest to test).
 tests/torch_programs runs it against torch.
 """
 # This code is based on the implementation of Mohammad Pezeshki available at
@@ -97,8 +96,7 @@ class Layer(nn.Linear):
         for i in range(self.num_epochs):
             g_pos = self.forward(x_pos).pow(2).mean(1)
             g_neg = self.forward(x_neg).pow(2).mean(1)
-            # threadgrad has no log1p operator yet: log(1 + z), exact to rounding here (z > 1e-3)
-            loss = torch.log(1 +
+            loss = torch.log1p(
                 torch.exp(
                     torch.cat([-g_pos + self.threshold, g_neg - self.threshold])
                 )

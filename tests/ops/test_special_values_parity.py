@@ -65,6 +65,9 @@ UNARY = {
     "exp": (ops.exp, torch.exp), "log": (ops.log, torch.log), "sqrt": (ops.sqrt, torch.sqrt),
     "sin": (ops.sin, torch.sin), "cos": (ops.cos, torch.cos), "tanh": (ops.tanh, torch.tanh),
     "sigmoid": (ops.sigmoid, torch.sigmoid), "erf": (ops.erf, torch.erf),
+    **{n: (getattr(ops, n), getattr(torch, n)) for n in (
+        "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin", "acos",
+        "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac")},
     "gelu": (ops.gelu, torch.nn.functional.gelu),
     "gelu tanh": (lambda x: ops.gelu(x, approximate="tanh"),
                   lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
@@ -218,7 +221,9 @@ def test_every_op_of_the_registry_is_checked_here():
     covered = {"abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
                "softplus", "clamp", "pow", "maximum", "add", "sub", "mul", "div", "minimum", "where", "mse_loss",
                "sum", "mean", "max", "min", "logsumexp", "softmax", "log_softmax", "var", "std", "norm",
-               "matmul", "linear", "layer_norm", "cross_entropy", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "matmul", "linear", "layer_norm", "cross_entropy",
+               "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
+               "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered

@@ -1,0 +1,167 @@
+"""The rest of torch's pointwise math: logarithms and exponentials (log1p, expm1, log2, log10,
+exp2), reciprocals (rsqrt, reciprocal, square), hyperbolic and inverse trigonometric
+functions, the step functions (floor, ceil, trunc, round, sign, frac) and the predicates
+isnan / isinf / isfinite. See Note [Op definitions] in _core.py.
+
+A smooth op here is one ``_make`` call: its forward on the array module and its backward
+written once with ops (Note [First-order formulas]: none of them is on a hot path, so none
+carries an array form), on its input ``x`` or its output ``y``; each gets a node class named
+as torch's. The step functions' gradient is zero everywhere, as torch's (a NaN upstream stays
+out of it: zeros, not ``g * 0``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ..engine.tensor import Tensor, _wrap
+
+from ._core import OUTPUT, Node, check_tensor, register, unary_result
+from .elementwise import _float_input, add, div, mul, neg, sqrt, sub
+from .elementwise import pow as _pow
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _make(name: str, node_name: str, forward: Callable[[Any, Any], Any], grad: Callable[[Tensor, Tensor], Tensor],
+          saves_output: bool, doc: str) -> Callable[[Tensor], Tensor]:
+    """The op ``name`` and its node class ``node_name`` (torch's name) from one table row."""
+
+    def backward(self: Node, g: Tensor) -> tuple:
+        (saved,) = self.saved_tensors()
+        return (grad(g, saved),)
+
+    node_cls = type(node_name, (Node,), {"__slots__": (), "backward": backward, "__module__": __name__,
+                                          "__doc__": f"{name}'s backward."})
+
+    def op(x: Tensor) -> Tensor:
+        data = _float_input(x, name)
+        return unary_result(x, forward(x.device.xp, data), node_cls, OUTPUT if saves_output else x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    globals()[node_name] = node_cls
+    return register(op)
+
+
+# Each: the op's name, torch's node, the forward on (xp, array), the backward on (g, saved)
+# with ops, whether the output (not the input) is saved, the docstring.
+log1p = _make("log1p", "Log1PBackward0", lambda xp, a: xp.log1p(a), lambda g, x: div(g, add(x, 1.0)), False,
+              "``log(1 + x)``, accurate for small ``x``.")
+expm1 = _make("expm1", "Expm1Backward0", lambda xp, a: xp.expm1(a), lambda g, y: mul(g, add(y, 1.0)), True,
+              "``exp(x) - 1``, accurate for small ``x``.")
+log2 = _make("log2", "Log2Backward0", lambda xp, a: xp.log2(a), lambda g, x: div(g, mul(x, _LN2)), False,
+             "Base-2 logarithm.")
+log10 = _make("log10", "Log10Backward0", lambda xp, a: xp.log10(a), lambda g, x: div(g, mul(x, _LN10)), False,
+              "Base-10 logarithm.")
+exp2 = _make("exp2", "Exp2Backward0", lambda xp, a: xp.exp2(a), lambda g, y: mul(g, mul(y, _LN2)), True,
+             "``2 ** x``.")
+rsqrt = _make("rsqrt", "RsqrtBackward0", lambda xp, a: 1.0 / xp.sqrt(a),
+              lambda g, y: mul(g, mul(_pow(y, 3.0), -0.5)), True, "``1 / sqrt(x)``.")
+reciprocal = _make("reciprocal", "ReciprocalBackward0", lambda xp, a: 1.0 / a, lambda g, y: neg(mul(g, mul(y, y))),
+                   True, "``1 / x``.")
+sinh = _make("sinh", "SinhBackward0", lambda xp, a: xp.sinh(a), lambda g, x: mul(g, cosh(x)), False,
+             "Hyperbolic sine.")
+cosh = _make("cosh", "CoshBackward0", lambda xp, a: xp.cosh(a), lambda g, x: mul(g, sinh(x)), False,
+             "Hyperbolic cosine.")
+asin = _make("asin", "AsinBackward0", lambda xp, a: xp.arcsin(a), lambda g, x: div(g, sqrt(sub(1.0, mul(x, x)))),
+             False, "Inverse sine.")
+acos = _make("acos", "AcosBackward0", lambda xp, a: xp.arccos(a),
+             lambda g, x: neg(div(g, sqrt(sub(1.0, mul(x, x))))), False, "Inverse cosine.")
+atan = _make("atan", "AtanBackward0", lambda xp, a: xp.arctan(a), lambda g, x: div(g, add(mul(x, x), 1.0)), False,
+             "Inverse tangent.")
+asinh = _make("asinh", "AsinhBackward0", lambda xp, a: xp.arcsinh(a),
+              lambda g, x: div(g, sqrt(add(mul(x, x), 1.0))), False, "Inverse hyperbolic sine.")
+acosh = _make("acosh", "AcoshBackward0", lambda xp, a: xp.arccosh(a),
+              lambda g, x: div(g, sqrt(sub(mul(x, x), 1.0))), False, "Inverse hyperbolic cosine.")
+atanh = _make("atanh", "AtanhBackward0", lambda xp, a: xp.arctanh(a), lambda g, x: div(g, sub(1.0, mul(x, x))),
+              False, "Inverse hyperbolic tangent.")
+
+
+@register
+def square(x: Tensor) -> Tensor:
+    """``x * x``: torch's ``pow(x, 2)`` (its node is PowBackward0)."""
+    return _pow(x, 2.0)
+
+
+# --- step functions: zero gradient ---------------------------------------------------------
+
+def _step(name: str, node_name: str, forward: Callable[[Any, Any], Any], doc: str) -> Callable[..., Tensor]:
+    def backward(self: Node, g: Tensor) -> tuple:
+        return (_wrap(g.device.xp.zeros_like(g._data), g.device),)
+
+    node_cls = type(node_name, (Node,), {"__slots__": (), "backward": backward, "__module__": __name__,
+                                          "__doc__": f"{name}'s backward: zeros, as torch's."})
+
+    def op(x: Tensor) -> Tensor:
+        check_tensor(x, name)
+        data = x._data
+        out = data.copy() if data.dtype.kind in "iub" and name != "sign" else forward(x.device.xp, data)
+        return unary_result(x, out, node_cls)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    globals()[node_name] = node_cls
+    return register(op)
+
+
+floor = _step("floor", "FloorBackward0", lambda xp, a: xp.floor(a), "The largest integer not above ``x``.")
+ceil = _step("ceil", "CeilBackward0", lambda xp, a: xp.ceil(a), "The smallest integer not below ``x``.")
+trunc = _step("trunc", "TruncBackward0", lambda xp, a: xp.trunc(a), "``x`` rounded toward zero.")
+sign = _step("sign", "SignBackward0", lambda xp, a: xp.where(xp.isnan(a), 0, xp.sign(a)).astype(a.dtype, copy=False),
+             "-1, 0 or 1 by the sign of ``x`` (0 for NaN, as torch's).")
+_round0 = _step("round", "RoundBackward0", lambda xp, a: xp.round(a), "")
+
+
+class RoundBackward1(Node):
+    """round with ``decimals``: zeros, as torch's."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        return (_wrap(g.device.xp.zeros_like(g._data), g.device),)
+
+
+@register
+def round(x: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001 - torch's name
+    """``x`` rounded to ``decimals`` places, halves to even, as ``torch.round``."""
+    if decimals == 0:
+        return _round0(x)
+    check_tensor(x, "round")
+    data = x._data
+    out = data.copy() if data.dtype.kind in "iub" else x.device.xp.round(data, decimals)
+    return unary_result(x, out, RoundBackward1)
+
+
+class FracBackward0(Node):
+    """frac's backward: the gradient passes unchanged (``x - trunc(x)`` has slope 1)."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        return (g,)
+
+
+@register
+def frac(x: Tensor) -> Tensor:
+    """``x - trunc(x)``: the fractional part, with ``x``'s sign."""
+    data = _float_input(x, "frac")
+    xp = x.device.xp
+    return unary_result(x, data - xp.trunc(data), FracBackward0)
+
+
+# --- predicates: boolean, no gradient --------------------------------------------------------
+
+def _predicate(name: str, test: Callable[[Any, Any], Any], doc: str) -> Callable[[Tensor], Tensor]:
+    def op(x: Tensor) -> Tensor:
+        check_tensor(x, name)
+        return _wrap(x.device.xp.asarray(test(x.device.xp, x._data)), x.device)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+isnan = _predicate("isnan", lambda xp, a: xp.isnan(a), "Where ``x`` is NaN (a bool tensor).")
+isinf = _predicate("isinf", lambda xp, a: xp.isinf(a), "Where ``x`` is +-inf (a bool tensor).")
+isfinite = _predicate("isfinite", lambda xp, a: xp.isfinite(a), "Where ``x`` is neither NaN nor +-inf (a bool tensor).")
