@@ -19,8 +19,10 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
-from .math import (acos, acosh, asin, asinh, atan, atanh, ceil, cosh, exp2, expm1, floor, frac, isfinite, isinf,
-                   isnan, log10, log1p, log2, reciprocal, round, rsqrt, sign, sinh, square, trunc)
+from .math import (acos, acosh, asin, asinh, atan, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+                   bitwise_right_shift, bitwise_xor, ceil, cosh, exp2, expm1, floor, floor_divide, frac, isfinite, isinf,
+                   isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,
+                   round, rsqrt, sign, sinh, square, trunc)
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
@@ -31,5 +33,6 @@ from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
 
 # Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
-__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "REGISTRY",
-                             "register"]
+__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "logical_and",
+                             "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+                             "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "REGISTRY", "register"]

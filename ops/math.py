@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import OUTPUT, Node, check_tensor, register, unary_result
-from .elementwise import _float_input, add, div, mul, neg, sqrt, sub
+from ._core import OUTPUT, Node, binary_operands, binary_result, check_tensor, fit, register, unary_result
+from .elementwise import _Binary, _float_input, add, div, mul, neg, sqrt, sub
 from .elementwise import pow as _pow
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -165,3 +165,115 @@ def _predicate(name: str, test: Callable[[Any, Any], Any], doc: str) -> Callable
 isnan = _predicate("isnan", lambda xp, a: xp.isnan(a), "Where ``x`` is NaN (a bool tensor).")
 isinf = _predicate("isinf", lambda xp, a: xp.isinf(a), "Where ``x`` is +-inf (a bool tensor).")
 isfinite = _predicate("isfinite", lambda xp, a: xp.isfinite(a), "Where ``x`` is neither NaN nor +-inf (a bool tensor).")
+
+
+# --- logical and bitwise: boolean or integer results, no gradient ---------------------------
+
+def _logical(name: str, ufunc: str, doc: str) -> Callable[[Any, Any], Tensor]:
+    def op(a: Any, b: Any) -> Tensor:
+        a, b = binary_operands(a, b, name)
+        xp = a.device.xp
+        return _wrap(xp.asarray(getattr(xp, ufunc)(a._data, b._data)), a.device)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+logical_and = _logical("logical_and", "logical_and", "Where both are non-zero (a bool tensor).")
+logical_or = _logical("logical_or", "logical_or", "Where either is non-zero (a bool tensor).")
+logical_xor = _logical("logical_xor", "logical_xor", "Where exactly one is non-zero (a bool tensor).")
+
+
+def logical_not(x: Tensor) -> Tensor:
+    """Where ``x`` is zero (a bool tensor)."""
+    check_tensor(x, "logical_not")
+    return _wrap(x.device.xp.asarray(x.device.xp.logical_not(x._data)), x.device)
+
+
+def _bitwise(name: str, ufunc: str, doc: str) -> Callable[[Any, Any], Tensor]:
+    def op(a: Any, b: Any) -> Tensor:
+        a, b = binary_operands(a, b, name)
+        for t in (a, b):
+            if t._data.dtype.kind not in "iub":
+                raise NotImplementedError(f'"{name}_cpu" not implemented for '
+                                          f"'{_TORCH_TYPE.get(t._data.dtype.name, t._data.dtype.name)}'")
+        ad, bd = a._data, b._data
+        data = getattr(a.device.xp, ufunc)(ad, bd)
+        return _wrap(a.device.xp.asarray(data), a.device)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+_TORCH_TYPE = {"float16": "Half", "float32": "Float", "float64": "Double"}
+bitwise_and = _bitwise("bitwise_and", "bitwise_and", "``a & b`` of integer or bool tensors (or numbers).")
+bitwise_or = _bitwise("bitwise_or", "bitwise_or", "``a | b`` of integer or bool tensors (or numbers).")
+bitwise_xor = _bitwise("bitwise_xor", "bitwise_xor", "``a ^ b`` of integer or bool tensors (or numbers).")
+bitwise_left_shift = _bitwise("bitwise_left_shift", "left_shift", "``a << b`` of integer tensors.")
+bitwise_right_shift = _bitwise("bitwise_right_shift", "right_shift", "``a >> b`` of integer tensors.")
+
+
+def bitwise_not(x: Tensor) -> Tensor:
+    """``~x``: logical not of a bool tensor, bitwise not of an integer one."""
+    check_tensor(x, "bitwise_not")
+    if x._data.dtype.kind not in "iub":
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for "
+                                  f"'{_TORCH_TYPE.get(x._data.dtype.name, x._data.dtype.name)}'")
+    return _wrap(x.device.xp.asarray(x.device.xp.invert(x._data)), x.device)
+
+
+# --- integer division and remainder ----------------------------------------------------------
+
+class RemainderBackward0(_Binary):
+    """``a % b`` (floored, the divisor's sign, as Python's): ``a`` gets the gradient, ``b``
+    ``-g * floor(a / b)``, as torch's."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        a, b = self.saved_tensors()
+        ea, eb = self.next_edges
+        ga = fit(g, self.a_shape, self.a_dtype) if ea[0] is not None else None
+        gb = None
+        if eb[0] is not None:
+            # floor division as torch's (via fmod: inf and nan quotients are nan, where floor(a / b) is inf)
+            quotient = _wrap(g.device.xp.floor_divide(a._data, b._data), g.device)
+            gb = fit(neg(mul(g, quotient)), self.b_shape, self.b_dtype)
+        return (ga, gb)
+
+
+class RemainderBackward1(RemainderBackward0):
+    """remainder of two tensors: torch's name for it."""
+
+    __slots__ = ()
+
+
+@register
+def remainder(a: Any, b: Any) -> Tensor:
+    """``a % b`` with the divisor's sign (Python's and torch's rule), elementwise."""
+    both = isinstance(a, Tensor) and isinstance(b, Tensor)
+    a, b = binary_operands(a, b, "remainder")
+    data = a.device.xp.remainder(a._data, b._data)
+    return binary_result(a, b, data, RemainderBackward1 if both else RemainderBackward0, a, b)
+
+
+class NotImplemented_(Node):
+    """floor_divide's node: its derivative is not implemented, as in torch, so a backward
+    through it raises instead of passing a silently wrong (zero) gradient."""
+
+    __slots__ = ()
+
+    def name(self) -> str:
+        return "torch::autograd::NotImplemented"
+
+    def backward(self, g: Tensor) -> tuple:
+        raise RuntimeError("the derivative for 'floor_divide' is not implemented.")
+
+
+@register
+def floor_divide(a: Any, b: Any) -> Tensor:
+    """``a // b`` rounded toward minus infinity, elementwise (no derivative, as torch's)."""
+    a, b = binary_operands(a, b, "floor_divide")
+    return binary_result(a, b, a.device.xp.floor_divide(a._data, b._data), NotImplemented_)

@@ -75,6 +75,8 @@ CASES = {
     "gelu": {"gelu": (_f(tg.nn.functional.gelu, F.gelu), [(3,)])},
     "softplus": {"softplus": (_f(tg.nn.functional.softplus, F.softplus), [(3,)])},
     "maximum": {"maximum": (lambda a, b: a.maximum(b), [(3,), (3,)])},
+    "remainder": {"remainder": (lambda a, b: a % b, [(3,), (3,)]), "remainder number": (lambda a: a % 0.7, [(3,)])},
+    "floor_divide": {"floor_divide": (lambda a, b: a // b, [(3,), (3,)])},
     "minimum": {"minimum": (lambda a, b: a.minimum(b), [(3,), (3,)])},
     "where": {"where": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).where(a > b, a, b),
                         [(3,), (3,)])},

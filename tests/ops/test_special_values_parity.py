@@ -102,6 +102,7 @@ BINARY = {
     "add": (ops.add, torch.add), "sub": (ops.sub, torch.sub), "mul": (ops.mul, torch.mul),
     "div": (ops.div, torch.div), "pow": (ops.pow, torch.pow),
     "maximum": (ops.maximum, torch.maximum), "minimum": (ops.minimum, torch.minimum),
+    "remainder": (ops.remainder, torch.remainder),
     "where": (lambda a, b: ops.where(a > b, a, b), lambda a, b: torch.where(a > b, a, b)),
     "mse_loss none": (lambda a, b: ops.mse_loss(a, b, reduction="none"),
                       lambda a, b: torch.nn.functional.mse_loss(a, b, reduction="none")),
@@ -208,6 +209,14 @@ def test_the_remaining_ops_at_special_values(name):
     _check(ours, theirs, *inputs)
 
 
+def test_floor_divide_at_special_values_has_torchs_values():
+    # (no derivative, as torch's: values only)
+    a = np.array(PAIRS_A, dtype=np.float64)
+    b = np.array(PAIRS_B, dtype=np.float64)
+    np.testing.assert_array_equal(ops.floor_divide(tg.tensor(a), tg.tensor(b)).numpy(),
+                                  torch.floor_divide(torch.tensor(a), torch.tensor(b)).numpy())
+
+
 def test_layer_norm_at_special_values():
     # a row's gradient is rstd * (g*w - mean(g*w) - xhat * mean(g*w * xhat)): terms near 1 that
     # cancel to 1e-4, in torch's summation order and ours
@@ -223,7 +232,8 @@ def test_every_op_of_the_registry_is_checked_here():
                "sum", "mean", "max", "min", "logsumexp", "softmax", "log_softmax", "var", "std", "norm",
                "matmul", "linear", "layer_norm", "cross_entropy",
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
-               "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
+               "remainder", "floor_divide", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
