@@ -19,9 +19,9 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
-from .math import (acos, acosh, asin, asinh, atan, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
-                   bitwise_right_shift, bitwise_xor, ceil, cosh, exp2, expm1, floor, floor_divide, frac, isfinite, isinf,
-                   isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,
+from .math import (acos, acosh, all, allclose, any, asin, asinh, atan, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+                   bitwise_right_shift, bitwise_xor, ceil, cosh, count_nonzero, cumsum, equal, exp2, expm1, floor, floor_divide, frac, isfinite, isinf,
+                   isclose, isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,
                    round, rsqrt, sign, sinh, square, trunc)
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
@@ -35,4 +35,5 @@ from . import views  # noqa: F401 - binds engine._state.refresh_view
 # Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
 __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "logical_and",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
-                             "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "REGISTRY", "register"]
+                             "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
+                             "isclose", "allclose", "equal", "REGISTRY", "register"]

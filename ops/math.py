@@ -16,7 +16,10 @@ from typing import Any, Callable
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import OUTPUT, Node, binary_operands, binary_result, check_tensor, fit, register, unary_result
+from ._core import (OUTPUT, Node, binary_operands, binary_result, check_tensor, fit, normalize_dim, normalize_dims, register,
+                    unary_result)
+from .device import to
+from .index import getitem
 from .elementwise import _Binary, _float_input, add, div, mul, neg, sqrt, sub
 from .elementwise import pow as _pow
 
@@ -277,3 +280,75 @@ def floor_divide(a: Any, b: Any) -> Tensor:
     """``a // b`` rounded toward minus infinity, elementwise (no derivative, as torch's)."""
     a, b = binary_operands(a, b, "floor_divide")
     return binary_result(a, b, a.device.xp.floor_divide(a._data, b._data), NotImplemented_)
+
+
+# --- scans and boolean reductions ------------------------------------------------------------
+
+class CumsumBackward0(Node):
+    """cumsum's backward: the reversed cumulative sum of the gradient along the dim."""
+
+    __slots__ = ("dim", "in_dtype")
+
+    def backward(self, g: Tensor) -> tuple:
+        flip = (slice(None),) * self.dim + (slice(None, None, -1),)
+        out = getitem(cumsum(getitem(g, flip), self.dim), flip)
+        return (out if out.dtype == self.in_dtype else to(out, dtype=self.in_dtype),)
+
+
+@register
+def cumsum(x: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    """The cumulative sum along ``dim``, as ``torch.cumsum``: integer and bool inputs sum in
+    int64; ``dtype`` casts first."""
+    check_tensor(x, "cumsum")
+    d = normalize_dim(dim, x.ndim, "cumsum")
+    src = x if dtype is None else to(x, dtype=dtype)
+    data = src._data
+    if data.dtype.kind in "iub":
+        data = data.astype("int64")
+    out = unary_result(src, x.device.xp.asarray(data.cumsum(axis=d) if data.ndim else data.copy()), CumsumBackward0)
+    if out.grad_fn is not None:
+        out.grad_fn.dim, out.grad_fn.in_dtype = d, src.dtype
+    return out
+
+
+def _bool_reduce(name: str, reducer: str, doc: str) -> Callable[..., Tensor]:
+    def op(x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        check_tensor(x, name)
+        axis = None if dim is None else normalize_dims(dim, x.ndim, name)
+        data = getattr(x.device.xp, reducer)(x._data, axis=axis, keepdims=keepdim)
+        return _wrap(x.device.xp.asarray(data), x.device)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+any = _bool_reduce("any", "any", "Whether any element (over ``dim``) is non-zero: a bool tensor.")  # noqa: A001
+all = _bool_reduce("all", "all", "Whether every element (over ``dim``) is non-zero: a bool tensor.")  # noqa: A001
+
+
+def count_nonzero(x: Tensor, dim: Any = None) -> Tensor:
+    """The number of non-zero elements (over ``dim``), an int64 tensor, as ``torch.count_nonzero``."""
+    check_tensor(x, "count_nonzero")
+    axis = None if dim is None else normalize_dims(dim, x.ndim, "count_nonzero")
+    xp = x.device.xp
+    return _wrap(xp.asarray(xp.count_nonzero(x._data, axis=axis)).astype("int64"), x.device)
+
+
+def isclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+    """Where ``|a - b| <= atol + rtol * |b|`` (a bool tensor), as ``torch.isclose``."""
+    a, b = binary_operands(a, b, "isclose")
+    xp = a.device.xp
+    return _wrap(xp.asarray(xp.isclose(a._data, b._data, rtol=rtol, atol=atol, equal_nan=equal_nan)), a.device)
+
+
+def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    """Whether every element of ``a`` and ``b`` is close (``isclose``), as ``torch.allclose``."""
+    return bool(isclose(a, b, rtol, atol, equal_nan)._data.all())
+
+
+def equal(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` have the same shape and elements, as ``torch.equal``."""
+    check_tensor(a, "equal")
+    check_tensor(b, "equal")
+    return tuple(a.shape) == tuple(b.shape) and bool((a._data == b._data).all())

@@ -77,6 +77,7 @@ CASES = {
     "maximum": {"maximum": (lambda a, b: a.maximum(b), [(3,), (3,)])},
     "remainder": {"remainder": (lambda a, b: a % b, [(3,), (3,)]), "remainder number": (lambda a: a % 0.7, [(3,)])},
     "floor_divide": {"floor_divide": (lambda a, b: a // b, [(3,), (3,)])},
+    "cumsum": {"cumsum": (lambda a: a.cumsum(1), [(2, 3)])},
     "minimum": {"minimum": (lambda a, b: a.minimum(b), [(3,), (3,)])},
     "where": {"where": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).where(a > b, a, b),
                         [(3,), (3,)])},

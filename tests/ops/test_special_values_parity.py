@@ -191,6 +191,7 @@ KERNEL = [[[[1.0, 0.0], [-2.0, 0.5]]]]  # (1, 1, 2, 2)
 MORE = {
     "conv2d": (lambda x, k: tg.nn.functional.conv2d(x, k), lambda x, k: torch.nn.functional.conv2d(x, k),
                (IMG, KERNEL)),
+    "cumsum": (lambda x: x.cumsum(1), lambda x: x.cumsum(1), (ROWS,)),
     "split": (lambda x: tg.split(x, 2)[1], lambda x: torch.split(x, 2)[1], (ROWS,)),
     "clone": (lambda x: x.clone(), lambda x: x.clone(), (ROWS,)),
     "to float32": (lambda x: x.to(tg.float32).to(tg.float64), lambda x: x.to(torch.float32).to(torch.float64),
@@ -233,7 +234,7 @@ def test_every_op_of_the_registry_is_checked_here():
                "matmul", "linear", "layer_norm", "cross_entropy",
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
-               "remainder", "floor_divide", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "remainder", "floor_divide", "cumsum", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
