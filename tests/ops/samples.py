@@ -182,8 +182,10 @@ SAMPLES: dict[str, Callable[[], list]] = {
     "cumsum": lambda: [Sample(t(2, 3), args=(1,), ref=lambda a: np.cumsum(a, 1)),
                        Sample(t(4), args=(0,), ref=lambda a: np.cumsum(a, 0), desc="1-d"),
                        Sample(t(2, 3), kwargs={"dim": 0}, ref=lambda a: np.cumsum(a, 0), desc="dim=0")],
-    "floor_divide": lambda: [Sample(t(2, 3), t(2, 3, positive=True), ref=np.floor_divide, grad=False),
-                             Sample(t(3), args=(0.7,), ref=lambda a: np.floor_divide(a, 0.7), grad=False,
+    # (inputs that need no gradient: floor_divide has no derivative, and a backward through it raises)
+    "floor_divide": lambda: [Sample(t(2, 3, grad=False), t(2, 3, positive=True, grad=False), ref=np.floor_divide,
+                                    grad=False),
+                             Sample(t(3, grad=False), args=(0.7,), ref=lambda a: np.floor_divide(a, 0.7), grad=False,
                                     desc="tensor and number")],
     "minimum": _binary(np.minimum),
     "neg": _unary(np.negative),
