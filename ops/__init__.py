@@ -19,8 +19,9 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import matmul
-from .math import (acos, acosh, all, allclose, any, asin, asinh, atan, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
-                   bitwise_right_shift, bitwise_xor, ceil, cosh, count_nonzero, cumsum, equal, exp2, expm1, floor, floor_divide, frac, isfinite, isinf,
+from .math import (acos, acosh, addcdiv, addcmul, all, allclose, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+                   bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
+                   exp2, fmod, hypot, lerp, expm1, floor, floor_divide, frac, isfinite, isinf,
                    isclose, isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,
                    round, rsqrt, sign, sinh, square, trunc)
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot

@@ -16,11 +16,13 @@ from typing import Any, Callable
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import (OUTPUT, Node, binary_operands, binary_result, check_tensor, fit, normalize_dim, normalize_dims, register,
-                    unary_result)
+import builtins
+
+from ._core import (OUTPUT, Node, as_operand, binary_operands, binary_result, check_tensor, fit, normalize_dim,
+                    normalize_dims, record, register, tls, unary_result)
 from .device import to
 from .index import getitem
-from .elementwise import _Binary, _float_input, add, div, mul, neg, sqrt, sub
+from .elementwise import _Binary, _float_input, add, clamp, div, mul, neg, sqrt, sub, where
 from .elementwise import pow as _pow
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -352,3 +354,225 @@ def equal(a: Tensor, b: Tensor) -> bool:
     check_tensor(a, "equal")
     check_tensor(b, "equal")
     return tuple(a.shape) == tuple(b.shape) and bool((a._data == b._data).all())
+
+
+# --- binary and ternary pointwise ops with gradients ------------------------------------------
+
+class Atan2Backward0(_Binary):
+    """atan2's backward: ``a`` gets ``g * b / (a^2 + b^2)``, ``b`` gets ``-g * a / (a^2 + b^2)``;
+    zero at the origin, as torch's (where the quotient would be 0/0)."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        a, b = self.saved_tensors()
+        ea, eb = self.next_edges
+        square = add(mul(a, a), mul(b, b))
+        inv = where(square == 0, 0.0, div(1.0, square))
+        return (fit(mul(g, mul(b, inv)), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(neg(mul(g, mul(a, inv))), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+
+
+@register
+def atan2(a: Any, b: Any) -> Tensor:
+    """The angle of the point ``(b, a)``, elementwise, as ``torch.atan2``."""
+    a, b = binary_operands(a, b, "atan2")
+    xp = a.device.xp
+    ad, bd = a._data, b._data
+    if ad.dtype.kind not in "fc" and bd.dtype.kind not in "fc":
+        ad, bd = ad.astype("float32"), bd.astype("float32")
+    return binary_result(a, b, xp.arctan2(ad, bd), Atan2Backward0, a, b)
+
+
+class HypotBackward0(_Binary):
+    """hypot's backward from its inputs and output ``r``: ``g * a / r`` and ``g * b / r``."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        a, b = self.saved_tensors()
+        ea, eb = self.next_edges
+        r = hypot(a, b)
+        return (fit(div(mul(g, a), r), self.a_shape, self.a_dtype) if ea[0] is not None else None,
+                fit(div(mul(g, b), r), self.b_shape, self.b_dtype) if eb[0] is not None else None)
+
+
+@register
+def hypot(a: Any, b: Any) -> Tensor:
+    """``sqrt(a^2 + b^2)`` without overflow, elementwise, as ``torch.hypot``."""
+    a, b = binary_operands(a, b, "hypot")
+    return binary_result(a, b, a.device.xp.hypot(a._data, b._data), HypotBackward0, a, b)
+
+
+class FmodBackward0(_Binary):
+    """fmod by a number: the gradient passes to ``a``."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        a, b = self.saved_tensors()
+        ea, eb = self.next_edges
+        ga = fit(g, self.a_shape, self.a_dtype) if ea[0] is not None else None
+        gb = None
+        if eb[0] is not None:  # ``-g * trunc(a / b)``, as torch's
+            gb = fit(neg(mul(g, trunc(div(a, b)))), self.b_shape, self.b_dtype)
+        return (ga, gb)
+
+
+class FmodBackward1(FmodBackward0):
+    """fmod of two tensors: torch's name for it."""
+
+    __slots__ = ()
+
+
+@register
+def fmod(a: Any, b: Any) -> Tensor:
+    """``a - trunc(a / b) * b``: the remainder with ``a``'s sign (C's fmod), as ``torch.fmod``."""
+    both = isinstance(a, Tensor) and isinstance(b, Tensor)
+    a, b = binary_operands(a, b, "fmod")
+    return binary_result(a, b, a.device.xp.fmod(a._data, b._data), FmodBackward1 if both else FmodBackward0, a, b)
+
+
+class ClampMinBackward0(Node):
+    """clamp_min by a number: the gradient where ``x >= min`` (zero where clamped, or NaN)."""
+
+    __slots__ = ("bound",)
+
+    def backward(self, g: Tensor) -> tuple:
+        (x,) = self.saved_tensors()
+        keep = x._data >= self.bound if type(self) is ClampMinBackward0 else x._data <= self.bound
+        return (mul(g, _wrap(x.device.xp.asarray(keep).astype(g.dtype), x.device)),)
+
+
+class ClampMaxBackward0(ClampMinBackward0):
+    """clamp_max by a number: the gradient where ``x <= max``."""
+
+    __slots__ = ()
+
+
+def _clamp_bound(name: str, x: Tensor, bound: Any, node_cls: type, upper: bool) -> Tensor:
+    if isinstance(bound, Tensor):  # a tensor bound: clamp's node (ClampBackward1, not torch's ClampMin/MaxBackward1)
+        return clamp(x, max=bound) if upper else clamp(x, min=bound)
+    data = _float_input(x, name) if x._data.dtype.kind in "fc" else x._data
+    xp = x.device.xp
+    out = unary_result(x, (xp.minimum if upper else xp.maximum)(data, bound), node_cls, x)
+    if out.grad_fn is not None:
+        out.grad_fn.bound = bound
+    return out
+
+
+@register
+def clamp_min(x: Tensor, min: Any) -> Tensor:  # noqa: A002 - torch's name
+    """``max(x, min)`` elementwise (NaN stays NaN), as ``torch.clamp_min``: ClampMinBackward0."""
+    check_tensor(x, "clamp_min")
+    return _clamp_bound("clamp_min", x, min, ClampMinBackward0, False)
+
+
+@register
+def clamp_max(x: Tensor, max: Any) -> Tensor:  # noqa: A002 - torch's name
+    """``min(x, max)`` elementwise (NaN stays NaN), as ``torch.clamp_max``: ClampMaxBackward0."""
+    check_tensor(x, "clamp_max")
+    return _clamp_bound("clamp_max", x, max, ClampMaxBackward0, True)
+
+
+class _Ternary(Node):
+    """A node of three broadcast inputs: their shapes and dtypes for ``fit``."""
+
+    __slots__ = ("shapes", "dtypes")
+
+    def _fit(self, k: int, g: Any) -> Any:
+        return None if g is None or self.next_edges[k][0] is None else fit(g, self.shapes[k], self.dtypes[k])
+
+
+def _ternary(node: _Ternary, ts: tuple, out_data: Any, saved: tuple) -> Tensor:
+    first = ts[0]
+    out = _wrap(first.device.xp.asarray(out_data), first.device)
+    if tls.grad_enabled and builtins.any(t._rg for t in ts):
+        node.shapes = tuple(t.shape for t in ts)
+        node.dtypes = tuple(t.dtype for t in ts)
+        record(node, ts, out, saved)
+    return out
+
+
+def _operands3(name: str, a: Any, b: Any, c: Any) -> tuple:
+    like = next(t for t in (a, b, c) if isinstance(t, Tensor))
+    ts = [t if isinstance(t, Tensor) else as_operand(t, like, name) for t in (a, b, c)]
+    for t in ts[1:]:
+        binary_operands(ts[0], t, name)  # devices, broadcasting
+    binary_operands(ts[1], ts[2], name)
+    return tuple(ts)
+
+
+class AddcmulBackward0(_Ternary):
+    """addcmul's backward: ``input`` gets ``g``, the factors ``g * value * the other``."""
+
+    __slots__ = ("value",)
+
+    def backward(self, g: Tensor) -> tuple:
+        _, t1, t2 = self.saved_tensors()
+        return (self._fit(0, g), self._fit(1, mul(g, mul(t2, self.value))), self._fit(2, mul(g, mul(t1, self.value))))
+
+
+@register
+def addcmul(input: Any, tensor1: Any, tensor2: Any, *, value: float = 1.0) -> Tensor:  # noqa: A002
+    """``input + value * tensor1 * tensor2``, as ``torch.addcmul``."""
+    x, t1, t2 = _operands3("addcmul", input, tensor1, tensor2)
+    node = AddcmulBackward0()
+    node.value = value
+    return _ternary(node, (x, t1, t2), x._data + value * (t1._data * t2._data), (None, t1, t2))
+
+
+class AddcdivBackward0(_Ternary):
+    """addcdiv's backward: ``input`` gets ``g``, ``tensor1`` ``g * value / tensor2``, ``tensor2``
+    ``-g * value * tensor1 / tensor2^2``."""
+
+    __slots__ = ("value",)
+
+    def backward(self, g: Tensor) -> tuple:
+        _, t1, t2 = self.saved_tensors()
+        return (self._fit(0, g), self._fit(1, div(mul(g, self.value), t2)),
+                self._fit(2, neg(div(mul(mul(g, self.value), t1), mul(t2, t2)))))
+
+
+@register
+def addcdiv(input: Any, tensor1: Any, tensor2: Any, *, value: float = 1.0) -> Tensor:  # noqa: A002
+    """``input + value * tensor1 / tensor2``, as ``torch.addcdiv``."""
+    x, t1, t2 = _operands3("addcdiv", input, tensor1, tensor2)
+    node = AddcdivBackward0()
+    node.value = value
+    return _ternary(node, (x, t1, t2), x._data + value * (t1._data / t2._data), (None, t1, t2))
+
+
+class LerpBackward0(_Ternary):
+    """lerp by a number: ``start`` gets ``g * (1 - weight)``, ``end`` ``g * weight``."""
+
+    __slots__ = ("weight",)
+
+    def backward(self, g: Tensor) -> tuple:
+        return (self._fit(0, mul(g, 1.0 - self.weight)), self._fit(1, mul(g, self.weight)), None)
+
+
+class LerpBackward1(_Ternary):
+    """lerp by a tensor: ``weight`` also gets ``g * (end - start)``."""
+
+    __slots__ = ()
+
+    def backward(self, g: Tensor) -> tuple:
+        start, end, w = self.saved_tensors()
+        return (self._fit(0, mul(g, sub(1.0, w))), self._fit(1, mul(g, w)), self._fit(2, mul(g, sub(end, start))))
+
+
+@register
+def lerp(input: Any, end: Any, weight: Any) -> Tensor:  # noqa: A002
+    """``input + weight * (end - input)``, as ``torch.lerp`` (``weight`` a number or a tensor)."""
+    if isinstance(weight, Tensor):
+        s, e, w = _operands3("lerp", input, end, weight)
+        return _ternary(LerpBackward1(), (s, e, w), s._data + w._data * (e._data - s._data), (s, e, w))
+    s, e = binary_operands(input, end, "lerp")
+    node = LerpBackward0()
+    node.weight = float(weight)
+    out = _wrap(s.device.xp.asarray(s._data + node.weight * (e._data - s._data)), s.device)
+    if tls.grad_enabled and (s._rg or e._rg):
+        node.shapes, node.dtypes = (s.shape, e.shape, None), (s.dtype, e.dtype, None)
+        record(node, (s, e, None), out, ())
+    return out

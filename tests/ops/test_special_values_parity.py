@@ -65,6 +65,8 @@ UNARY = {
     "exp": (ops.exp, torch.exp), "log": (ops.log, torch.log), "sqrt": (ops.sqrt, torch.sqrt),
     "sin": (ops.sin, torch.sin), "cos": (ops.cos, torch.cos), "tanh": (ops.tanh, torch.tanh),
     "sigmoid": (ops.sigmoid, torch.sigmoid), "erf": (ops.erf, torch.erf),
+    "clamp_min": (lambda x: ops.clamp_min(x, 0.5), lambda x: torch.clamp_min(x, 0.5)),
+    "clamp_max": (lambda x: ops.clamp_max(x, 0.5), lambda x: torch.clamp_max(x, 0.5)),
     **{n: (getattr(ops, n), getattr(torch, n)) for n in (
         "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin", "acos",
         "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac")},
@@ -103,6 +105,10 @@ BINARY = {
     "div": (ops.div, torch.div), "pow": (ops.pow, torch.pow),
     "maximum": (ops.maximum, torch.maximum), "minimum": (ops.minimum, torch.minimum),
     "remainder": (ops.remainder, torch.remainder),
+    "atan2": (ops.atan2, torch.atan2), "hypot": (ops.hypot, torch.hypot), "fmod": (ops.fmod, torch.fmod),
+    "lerp": (lambda a, b: ops.lerp(a, b, 0.3), lambda a, b: torch.lerp(a, b, 0.3)),
+    "addcmul": (lambda a, b: ops.addcmul(a, b, b, value=0.5), lambda a, b: torch.addcmul(a, b, b, value=0.5)),
+    "addcdiv": (lambda a, b: ops.addcdiv(a, a, b, value=2.0), lambda a, b: torch.addcdiv(a, a, b, value=2.0)),
     "where": (lambda a, b: ops.where(a > b, a, b), lambda a, b: torch.where(a > b, a, b)),
     "mse_loss none": (lambda a, b: ops.mse_loss(a, b, reduction="none"),
                       lambda a, b: torch.nn.functional.mse_loss(a, b, reduction="none")),
@@ -234,7 +240,8 @@ def test_every_op_of_the_registry_is_checked_here():
                "matmul", "linear", "layer_norm", "cross_entropy",
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
-               "remainder", "floor_divide", "cumsum", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "remainder", "floor_divide", "cumsum", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp",
+               "addcmul", "addcdiv", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
