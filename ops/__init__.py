@@ -18,8 +18,8 @@ from .device import clone, to
 from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, minimum, mul, neg, pow, sin, sqrt,
                           sub, tanh, where)
 from .index import gather, getitem, index_put
-from .linalg import matmul
-from .math import (acos, acosh, addcdiv, addcmul, all, allclose, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+from .linalg import bmm, dot, matmul, mv, outer
+from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
                    exp2, fmod, hypot, lerp, expm1, floor, floor_divide, frac, isfinite, isinf,
                    isclose, isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,

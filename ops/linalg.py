@@ -8,6 +8,7 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import ARRAYS, OPS, Node, binary_operands, fit, record, register, tls
+from .elementwise import mul
 from .shape import reshape, transpose, unsqueeze
 
 
@@ -89,22 +90,75 @@ def _matmul_node(a_ndim: int, b_ndim: int) -> Node:
 @register
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy's ``@`` rules (1-D operands, broadcast batch dims)."""
-    a, b = binary_operands(a, b, "matmul", elementwise=False)
+    return _matmul(a, b, "matmul", None)
+
+
+def _matmul(a: Any, b: Any, name: str, node_cls: type | None) -> Tensor:
+    """matmul, recording ``node_cls`` (bmm's BmmBackward0) or the node torch picks by the ranks."""
+    a, b = binary_operands(a, b, name, elementwise=False)
     if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes {list(a.shape)} and {list(b.shape)}")
+        raise RuntimeError(f"{name}: both arguments need at least 1 dimension, got shapes {list(a.shape)} and "
+                           f"{list(b.shape)}")
     try:
         data = a._data @ b._data
     except ValueError:
         raise RuntimeError(
-            f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
+            f"{name}: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
             f"(inner dims {a.shape[-1]} and {b.shape[-2] if b.ndim > 1 else b.shape[0]} differ)"
         ) from None
     out = _wrap(a.device.xp.asarray(data), a.device)
     if tls.grad_enabled and (a._rg or b._rg):
-        node = _matmul_node(a.ndim, b.ndim)
+        node = node_cls() if node_cls is not None else _matmul_node(a.ndim, b.ndim)
         node.a_shape, node.a_dtype, node.b_shape, node.b_dtype = a.shape, a.dtype, b.shape, b.dtype
         record(node, (a, b), out, (a if b._rg else None, b if a._rg else None))
     return out
+
+
+class BmmBackward0(MmBackward0):
+    """bmm: the batched product's node under torch's name."""
+
+    __slots__ = ()
+
+
+@register
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """The product of two batches of matrices, ``(B, n, m) @ (B, m, p)``, as ``torch.bmm`` (no
+    broadcasting)."""
+    for t, what in ((a, "batch1"), (b, "batch2")):
+        if not isinstance(t, Tensor) or t.ndim != 3:
+            raise RuntimeError(f"{what} must be a 3D tensor")
+    if b.shape[0] != a.shape[0] or b.shape[1] != a.shape[2]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{a.shape[0]}, {a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+    return _matmul(a, b, "bmm", BmmBackward0)
+
+
+@register
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """The inner product of two 1-D tensors, as ``torch.dot``."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {getattr(a, 'ndim', '?')}D and "
+                           f"{getattr(b, 'ndim', '?')}D tensors")
+    return _matmul(a, b, "dot", None)
+
+
+@register
+def mv(a: Tensor, v: Tensor) -> Tensor:
+    """A matrix times a vector, as ``torch.mv``."""
+    if not (isinstance(a, Tensor) and isinstance(v, Tensor)) or a.ndim != 2 or v.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {getattr(a, 'ndim', '?')}, "
+                           f"{getattr(v, 'ndim', '?')}")
+    return _matmul(a, v, "mv", None)
+
+
+@register
+def outer(a: Tensor, b: Tensor) -> Tensor:
+    """The outer product of two 1-D tensors, ``a[:, None] * b``, as ``torch.outer`` (its nodes:
+    a view of ``a``, then a multiplication)."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"outer: expected 1-D tensors, got {getattr(a, 'ndim', '?')}-D and "
+                           f"{getattr(b, 'ndim', '?')}-D")
+    return mul(reshape(a, (a.shape[0], 1)), b)
 
 
 # The formula namespaces' names for these ops: See Note [First-order formulas] in _core.py.

@@ -22,6 +22,7 @@ from ._core import (OUTPUT, Node, as_operand, binary_operands, binary_result, ch
                     normalize_dims, record, register, tls, unary_result)
 from .device import to
 from .index import getitem
+from .shape import reshape
 from .elementwise import _Binary, _float_input, add, clamp, div, mul, neg, sqrt, sub, where
 from .elementwise import pow as _pow
 
@@ -576,3 +577,47 @@ def lerp(input: Any, end: Any, weight: Any) -> Tensor:  # noqa: A002
         node.shapes, node.dtypes = (s.shape, e.shape, None), (s.dtype, e.dtype, None)
         record(node, (s, e, None), out, ())
     return out
+
+
+# --- amax / amin ----------------------------------------------------------------------------
+
+class AmaxBackward0(Node):
+    """amax's backward: the gradient shared evenly among the elements equal to the maximum
+    (``mask / count``, constants), as torch's."""
+
+    __slots__ = ("dims", "keepdim")
+
+    def backward(self, g: Tensor) -> tuple:
+        x, out = self.saved_tensors()
+        kept_shape = tuple(1 if i in self.dims else n for i, n in enumerate(x.shape))
+        mask = (x._data == out._data.reshape(kept_shape)).astype(g.dtype)
+        share = mask / mask.sum(axis=self.dims, keepdims=True)
+        return (mul(reshape(g, kept_shape), _wrap(share, x.device)),)
+
+
+class AminBackward0(AmaxBackward0):
+    __slots__ = ()
+
+
+def _amax_amin(name: str, node_cls: type) -> Callable[..., Tensor]:
+    def op(x: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
+        check_tensor(x, name)
+        dims = normalize_dims(None if dim == () or dim == [] else dim, x.ndim, name)
+        if x.numel() == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        xp = x.device.xp
+        out = _wrap(xp.asarray(getattr(xp, name)(x._data, axis=dims, keepdims=keepdim)), x.device)
+        if tls.grad_enabled and x._rg:
+            node = node_cls()
+            node.dims, node.keepdim = dims, keepdim
+            record(node, (x,), out, (x, out))
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"The {'largest' if name == 'amax' else 'smallest'} value over ``dim`` (all dims by default), "
+                  f"as ``torch.{name}``: the gradient shared evenly among ties.")
+    return register(op)
+
+
+amax = _amax_amin("amax", AmaxBackward0)
+amin = _amax_amin("amin", AminBackward0)

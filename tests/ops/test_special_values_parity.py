@@ -198,6 +198,13 @@ MORE = {
     "conv2d": (lambda x, k: tg.nn.functional.conv2d(x, k), lambda x, k: torch.nn.functional.conv2d(x, k),
                (IMG, KERNEL)),
     "cumsum": (lambda x: x.cumsum(1), lambda x: x.cumsum(1), (ROWS,)),
+    "amax": (lambda x: x.amax(1), lambda x: x.amax(1), (ROWS,)),
+    "amin": (lambda x: x.amin(1), lambda x: x.amin(1), (ROWS,)),
+    "bmm": (lambda x, w: tg.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)),
+            lambda x, w: torch.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)), (ROWS, W)),
+    "dot mv outer": (lambda x: tg.dot(x[:, 0], x[:, 1]) + tg.mv(x, x[0]).sum() + tg.outer(x[0], x[1]).sum(),
+                     lambda x: torch.dot(x[:, 0], x[:, 1]) + torch.mv(x, x[0]).sum() + torch.outer(x[0], x[1]).sum(),
+                     (ROWS,)),
     "split": (lambda x: tg.split(x, 2)[1], lambda x: torch.split(x, 2)[1], (ROWS,)),
     "clone": (lambda x: x.clone(), lambda x: x.clone(), (ROWS,)),
     "to float32": (lambda x: x.to(tg.float32).to(tg.float64), lambda x: x.to(torch.float32).to(torch.float64),
@@ -241,7 +248,7 @@ def test_every_op_of_the_registry_is_checked_here():
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
                "remainder", "floor_divide", "cumsum", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp",
-               "addcmul", "addcdiv", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
