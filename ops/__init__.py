@@ -23,7 +23,8 @@ from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
                    exp2, fmod, hypot, lerp, expm1, floor, floor_divide, frac, isfinite, isinf,
                    isclose, isnan, log10, log1p, log2, logical_and, logical_not, logical_or, logical_xor, reciprocal, remainder,
-                   round, rsqrt, sign, sinh, square, trunc)
+                   round, rsqrt, sign, sinh, sort, square, trunc)
+from .math import argsort
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
@@ -37,4 +38,4 @@ from . import views  # noqa: F401 - binds engine._state.refresh_view
 __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "logical_and",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
-                             "isclose", "allclose", "equal", "REGISTRY", "register"]
+                             "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]

@@ -59,7 +59,7 @@ _METHODS: dict[str, Any] = {
         "isfinite", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
         "bitwise_xor", "bitwise_not", "remainder", "floor_divide", "cumsum", "any", "all", "count_nonzero",
         "isclose", "allclose", "equal", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp", "addcmul",
-        "addcdiv", "amax", "amin")},
+        "addcdiv", "amax", "amin", "sort", "argsort")},
     "bmm": linalg.bmm, "dot": linalg.dot, "mv": linalg.mv, "outer": linalg.outer,
     "__and__": pointwise.bitwise_and, "__rand__": _rev(pointwise.bitwise_and),
     "__or__": pointwise.bitwise_or, "__ror__": _rev(pointwise.bitwise_or),

@@ -17,11 +17,12 @@ from typing import Any, Callable
 from ..engine.tensor import Tensor, _wrap
 
 import builtins
+from collections import namedtuple
 
 from ._core import (OUTPUT, Node, as_operand, binary_operands, binary_result, check_tensor, fit, normalize_dim,
                     normalize_dims, record, register, tls, unary_result)
 from .device import to
-from .index import getitem
+from .index import along_dim_index, getitem, index_put_zeros
 from .shape import reshape
 from .elementwise import _Binary, _float_input, add, clamp, div, mul, neg, sqrt, sub, where
 from .elementwise import pow as _pow
@@ -621,3 +622,78 @@ def _amax_amin(name: str, node_cls: type) -> Callable[..., Tensor]:
 
 amax = _amax_amin("amax", AmaxBackward0)
 amin = _amax_amin("amin", AminBackward0)
+
+
+# --- sort -----------------------------------------------------------------------------------
+
+class SortBackward0(Node):
+    """sort's backward: each gradient back to the position its value came from."""
+
+    __slots__ = ("in_shape", "index")
+
+    def backward(self, g: Tensor) -> tuple:
+        return (index_put_zeros(g, self.in_shape, self.index, False, unique=True),)
+
+
+class SortBackward1(SortBackward0):
+    """sort called with ``stable=``: torch's name for that overload's node."""
+
+    __slots__ = ()
+
+
+def _stable_order(xp: Any, data: Any, dim: int, descending: bool) -> Any:
+    """torch's stable order along ``dim``: ties keep their order, NaN counts as the largest.
+    Descending is two stable passes (by the negated values, then NaN first): a lexsort."""
+    if not descending:
+        return xp.argsort(data, axis=dim, kind="stable")
+    first = xp.argsort(-data, axis=dim, kind="stable")
+    nan_last = ~xp.isnan(xp.take_along_axis(data, first, axis=dim)) if data.dtype.kind == "f" else None
+    if nan_last is None:
+        return first
+    second = xp.argsort(nan_last, axis=dim, kind="stable")
+    return xp.take_along_axis(first, second, axis=dim)
+
+
+SortResult = namedtuple("SortResult", ["values", "indices"])
+
+
+@register
+def sort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool | None = None) -> Any:
+    """``(values, indices)`` of ``x`` sorted along ``dim``, as ``torch.sort``: stable whatever
+    ``stable`` says (as torch's cpu sort), NaN the largest; the gradient goes back through the
+    indices (SortBackward0; SortBackward1 when ``stable`` is given, as torch's overloads)."""
+    check_tensor(x, "sort")
+    xp = x.device.xp
+    if x.ndim == 0:
+        return SortResult(unary_result(x, x._data.copy(), _NoOrder),
+                          _wrap(xp.zeros((), dtype="int64"), x.device))
+    d = normalize_dim(dim, x.ndim, "sort")
+    order = _stable_order(xp, x._data, d, descending)
+    index = along_dim_index(order, d, xp)
+    values = _wrap(xp.asarray(x._data[index]), x.device)
+    if tls.grad_enabled and x._rg:
+        node = SortBackward0() if stable is None else SortBackward1()
+        node.in_shape, node.index = x.shape, index
+        record(node, (x,), values)
+    return SortResult(values, _wrap(order.astype("int64", copy=False), x.device))
+
+
+class _NoOrder(Node):
+    """sort of a 0-d tensor: the value itself."""
+
+    __slots__ = ()
+
+    def name(self) -> str:
+        return "SortBackward0"
+
+    def backward(self, g: Tensor) -> tuple:
+        return (g,)
+
+
+def argsort(x: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+    """The indices that sort ``x`` along ``dim``, as ``torch.argsort`` (stable, NaN the largest)."""
+    check_tensor(x, "argsort")
+    if x.ndim == 0:
+        return _wrap(x.device.xp.zeros((), dtype="int64"), x.device)
+    d = normalize_dim(dim, x.ndim, "argsort")
+    return _wrap(_stable_order(x.device.xp, x._data, d, descending).astype("int64", copy=False), x.device)

@@ -83,6 +83,7 @@ CASES = {
     "mv": {"mv": (_both("mv"), [(3, 4), (4,)])},
     "outer": {"outer": (_both("outer"), [(3,), (4,)])},
     "amax": {"amax": (lambda a: a.amax(1), [(2, 3)])},
+    "sort": {"sort": (lambda a: a.sort(1)[0], [(2, 3)]), "sort stable": (lambda a: a.sort(stable=True)[0], [(2, 3)])},
     "amin": {"amin": (lambda a: a.amin(1), [(2, 3)])},
     "atan2": {"atan2": (_both("atan2"), [(3,), (3,)])},
     "hypot": {"hypot": (_both("hypot"), [(3,), (3,)])},

@@ -199,6 +199,9 @@ MORE = {
                (IMG, KERNEL)),
     "cumsum": (lambda x: x.cumsum(1), lambda x: x.cumsum(1), (ROWS,)),
     "amax": (lambda x: x.amax(1), lambda x: x.amax(1), (ROWS,)),
+    "sort": (lambda x: x.sort(1)[0], lambda x: x.sort(1)[0], (ROWS,)),
+    "sort descending dim 0": (lambda x: x.sort(0, descending=True)[0], lambda x: x.sort(0, descending=True)[0],
+                              (ROWS,)),
     "amin": (lambda x: x.amin(1), lambda x: x.amin(1), (ROWS,)),
     "bmm": (lambda x, w: tg.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)),
             lambda x, w: torch.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)), (ROWS, W)),
@@ -248,7 +251,7 @@ def test_every_op_of_the_registry_is_checked_here():
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
                "remainder", "floor_divide", "cumsum", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp",
-               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
