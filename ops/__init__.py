@@ -28,6 +28,8 @@ from .math import argsort
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
+from .scan import (aminmax, bincount, cummax, cummin, cumprod, histc, kthvalue, logcumsumexp, median, mode, nanmean,
+                   nanmedian, nansum, prod, std_mean, topk, unique, var_mean)
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
@@ -39,3 +41,4 @@ __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]
+__all__ += ["unique", "histc", "bincount"]  # scan.py's counting functions: no gradient, not in REGISTRY

@@ -257,32 +257,6 @@ def _format(self: Tensor, spec: str) -> str:
     return str(self)
 
 
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
-    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, as
-    ``torch.topk``: a named tuple ``(values, indices)``. The indices come from a stable numpy
-    sort (ties keep the lower index); the values are a ``gather`` of ``input``, so they carry
-    its gradient.
-
-    >>> import threadgrad as tg
-    >>> tg.topk(tg.tensor([1.0, 3.0, 2.0]), 2).values.tolist()
-    [3.0, 2.0]
-    """
-    from collections import namedtuple
-
-    from .ops import gather
-    from .ops._core import normalize_dim
-
-    d = normalize_dim(dim, max(input.ndim, 1), "topk")
-    size = input.shape[d] if input.ndim else 1
-    if not 0 <= k <= size:
-        raise RuntimeError(f"topk(): selected index k out of range: k={k} for dim {dim} of size {size}")
-    data = numpy.asarray(input.detach().cpu().numpy())
-    order = numpy.argsort(-data if largest else data, axis=d, kind="stable")
-    indices = creation.tensor(numpy.take(order, numpy.arange(k), axis=d).astype(numpy.int64), device=input.device)
-    result = namedtuple("topk", ["values", "indices"])
-    return result(gather(input, d, indices), indices)
-
-
 def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
     """``input == other`` elementwise (a bool tensor), as ``torch.eq``; also ``ne``, ``lt``, ``le``,
     ``gt``, ``ge``."""
@@ -427,7 +401,7 @@ def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
     add_methods({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
-             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+             "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
              "chunk": chunk, "unbind": unbind, "narrow": narrow, "index_select": index_select, "repeat": _repeat,
              "new_zeros": _new(None), "new_ones": _new(1), "new_empty": _new(None), "new_full": _new_full,
              "new_tensor": _new_tensor, "type_as": lambda self, other: self.to(other.dtype),
