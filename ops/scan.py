@@ -761,6 +761,18 @@ def _plus_mean_grad(node: VarBackward0, grad: Tensor | None, g_mean: Tensor | No
     return part if grad is None else add(grad, part)
 
 
+def _welford_nan(xp: Any, inf: Any, dims: tuple) -> Any:
+    """Where torch's var_mean / std_mean give a NaN mean for slices holding an infinity
+    (``inf``: the input's isinf; the result has the reduced dims kept): its Welford update
+    turns the mean NaN at the first element after an infinity, so only a slice whose one
+    infinity comes last (in the order of the reduced dims) keeps it."""
+    lead = inf.ndim - len(dims)
+    moved = xp.moveaxis(inf, dims, tuple(range(lead, inf.ndim)))
+    flat = moved.reshape(moved.shape[:lead] + (-1,))
+    count = flat.sum(axis=-1)
+    return ((count > 0) & ~((count == 1) & flat[..., -1])).reshape(keepdim_shape(inf.shape, dims))
+
+
 def _moment_mean(x: Tensor, dim: Any, unbiased: Any, keepdim: bool, correction: Any, name: str) -> tuple:
     check_tensor(x, name)
     if isinstance(dim, bool):  # torch's var_mean(x, unbiased) overload
@@ -778,6 +790,9 @@ def _moment_mean(x: Tensor, dim: Any, unbiased: Any, keepdim: bool, correction: 
         moment = xp.sum(dev * dev, axis=axis, keepdims=keepdim) / max(n - c, 0.0)
     if name == "std_mean":
         moment = xp.sqrt(moment)
+    inf = xp.isinf(x._data)
+    if inf.any():  # torch's Welford mean: NaN past an infinity, unless it is the slice's one, and last
+        centre = xp.where(_welford_nan(xp, inf, dims), math.nan, centre)
     spread = _wrap(xp.asarray(moment, dtype=x.dtype), x.device)
     centre = _wrap(xp.asarray(centre if keepdim else centre.reshape(spread.shape), dtype=x.dtype), x.device)
     if tls.grad_enabled and x._rg:
