@@ -496,7 +496,7 @@ def nanmedian(x: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
 # --- nansum, nanmean --------------------------------------------------------------------------
 
 class NansumBackward0(Node):
-    """nansum's backward: the gradient, broadcast back, and 0 where the input is NaN."""
+    """nansum's backward: the gradient, broadcast back, times 0 where the input is NaN."""
 
     __slots__ = ("dims", "keepdim")
 
@@ -504,8 +504,9 @@ class NansumBackward0(Node):
         (x,) = self.saved_tensors()
         if not self.keepdim:
             g = reshape(g, keepdim_shape(x.shape, self.dims))
-        nan = const(x.device.xp.isnan(x._data), x)
-        return (where(nan, 0.0, expand(g, x.shape)),)
+        # (a product with the mask, as torch's: an infinite g makes NaN at the NaNs, not 0)
+        kept = const((~x.device.xp.isnan(x._data)).astype(g.dtype), g)
+        return (mul(expand(g, x.shape), kept),)
 
 
 @register
