@@ -584,10 +584,38 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
         flat = reshape(x, (1,))
         return _TopkResult(*_index_result(flat, flat._data[:k], xp.zeros(k, dtype="int64"), 0, k != 1,
                                           TopkBackward0()))
-    order = _stable_order(xp, x._data, d, largest)
-    idx = order[(slice(None),) * d + (slice(0, k),)]
+    idx = _top_indices(xp, x._data, d, k, largest)
     values = xp.take_along_axis(x._data, idx, axis=d)
     return _TopkResult(*_index_result(x, values, idx, d, True, TopkBackward0()))
+
+
+def _top_indices(xp: Any, data: Any, dim: int, k: int, largest: bool) -> Any:
+    """The first ``k`` of the stable order along ``dim`` (largest: descending, NaN first).
+
+    For a small ``k`` (a quarter of the dim or less) without sorting the whole dim: a partition
+    finds each slice's k-th value; the elements beyond it, and the lowest-indexed of those equal
+    to it, are exactly the ``k`` the full order starts with; only they are sorted (measured on
+    1e5 float64, k = 1e4: 36.7 -> see benchmarks/ops.py)."""
+    n = data.shape[dim]
+    if k == 0 or 4 * k > n:
+        return _stable_order(xp, data, dim, largest)[(slice(None),) * dim + (slice(0, k),)]
+    moved = xp.moveaxis(data, dim, -1)
+    at = n - k if largest else k - 1  # (an ascending partition puts NaN last: the largest)
+    kth = xp.partition(moved, at, axis=-1)[..., at:at + 1]
+    if largest:
+        beyond = moved > kth
+    else:
+        beyond = moved < kth
+    equal = moved == kth
+    if data.dtype.kind in "fc":
+        nan, kth_nan = xp.isnan(moved), xp.isnan(kth)
+        beyond |= (nan & ~kth_nan) if largest else (~nan & kth_nan)
+        equal |= nan & kth_nan
+    need = k - beyond.sum(axis=-1, keepdims=True)
+    take = beyond | (equal & (xp.cumsum(equal, axis=-1) <= need))
+    candidates = xp.nonzero(take)[-1].reshape(moved.shape[:-1] + (k,))  # k a slice, in index order
+    order = _stable_order(xp, xp.take_along_axis(moved, candidates, axis=-1), moved.ndim - 1, largest)
+    return xp.moveaxis(xp.take_along_axis(candidates, order, axis=-1), -1, dim)
 
 
 class KthvalueBackward0(MaxBackward0):

@@ -360,3 +360,23 @@ def test_methods_and_return_types_are_torchs():
     for name in ("nansum", "nanmean", "median", "nanmedian", "prod"):
         assert getattr(ours, name)().item() == getattr(theirs, name)().item()
     assert ops.REGISTRY["topk"] is ops.topk is tg.topk
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_a_small_k_is_the_stable_orders_start(largest):
+    """topk's partition path (k up to a quarter of the dim) picks what the whole stable order
+    starts with: beyond the k-th value, then its ties by lowest index; NaN the largest."""
+    rng = np.random.default_rng(10)
+    x = rng.integers(0, 6, size=(7, 200)).astype(np.float64)
+    x[rng.random(x.shape) < 0.05] = NAN
+    x[3, :190] = NAN  # more NaN than k
+    for dim, k in ((1, 1), (1, 13), (1, 50), (0, 1)):
+        data = x if dim == 1 else x[:, :4].T.copy()
+        moved = np.moveaxis(data, dim, -1)
+        key = np.where(np.isnan(moved), np.inf, moved)
+        order = np.lexsort((np.broadcast_to(np.arange(moved.shape[-1]), moved.shape),
+                            -key if largest else key, ~np.isnan(moved) if largest else np.isnan(moved)), axis=-1)
+        want = np.moveaxis(order[..., :k], -1, dim)
+        got = tg.tensor(data).topk(k, dim, largest=largest)
+        np.testing.assert_array_equal(got.indices.numpy(), want, err_msg=f"dim={dim} k={k}")
+        np.testing.assert_array_equal(got.values.numpy(), np.take_along_axis(data, want, dim))
