@@ -594,8 +594,9 @@ def _top_indices(xp: Any, data: Any, dim: int, k: int, largest: bool) -> Any:
 
     For a small ``k`` (a quarter of the dim or less) without sorting the whole dim: a partition
     finds each slice's k-th value; the elements beyond it, and the lowest-indexed of those equal
-    to it, are exactly the ``k`` the full order starts with; only they are sorted (measured on
-    1e5 float64, k = 1e4: 36.7 -> see benchmarks/ops.py)."""
+    to it, are exactly the ``k`` the full order starts with; only they are sorted
+    (benchmarks/ops.py, 1e5 float64, k = 1e4, forward on a loaded machine: 36.7 -> 10.5 ms,
+    torch 4.0 ms)."""
     n = data.shape[dim]
     if k == 0 or 4 * k > n:
         return _stable_order(xp, data, dim, largest)[(slice(None),) * dim + (slice(0, k),)]
