@@ -706,12 +706,12 @@ def kthvalue(x: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         same |= xp.isnan(data) & xp.isnan(values)
     tied = same.sum(axis=d, keepdims=True) > 1
     if tied.any():  # only these slices need torch's swaps
-        moved = numpy.moveaxis(numpy.asarray(data if xp is numpy else data.get()), d, -1)
-        host_idx = numpy.moveaxis(numpy.asarray(idx if xp is numpy else idx.get()).copy(), d, -1)
-        host_tied = numpy.moveaxis(numpy.asarray(tied if xp is numpy else tied.get()), d, -1)[..., 0]
-        for where_ in zip(*numpy.nonzero(host_tied)):
-            host_idx[where_ + (0,)] = _quickselect_index(moved[where_].tolist(), k - 1)
-        idx = xp.asarray(numpy.moveaxis(host_idx, -1, d))
+        host = x.device.to_host
+        moved = numpy.moveaxis(host(data), d, -1)
+        host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
+        for slice_ in zip(*numpy.nonzero(numpy.moveaxis(host(tied), d, -1)[..., 0])):
+            host_idx[slice_ + (0,)] = _quickselect_index(moved[slice_].tolist(), k - 1)
+        idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
     return _KthvalueResult(*_index_result(x, values, idx, d, keepdim, KthvalueBackward0()))
 
 
@@ -937,7 +937,7 @@ def histc(x: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
         raise RuntimeError("torch.histc: max must be larger than min")
     inside = data[(data >= lo) & (data <= hi)]
     # torch's linear interpolation, in the input's dtype; the right edge goes to the last bin
-    lo_, hi_ = numpy.asarray(lo, dtype=x.dtype), numpy.asarray(hi, dtype=x.dtype)
+    lo_, hi_ = x.dtype.type(lo), x.dtype.type(hi)
     pos = ((inside - lo_) * bins / (hi_ - lo_)).astype("int64")
     pos = xp.minimum(pos, bins - 1)
     counts = xp.bincount(pos, minlength=bins)

@@ -374,7 +374,7 @@ SAMPLES: dict[str, Callable[[], list]] = {
                               desc="dim keepdim"),
                        Sample(t(2, 3), call=lambda op, a: op(a.where(a > 0.0, math.nan)), desc="NaN where x < 0")],
     "nanmean": lambda: [Sample(t(2, 3), ref=np.mean, desc="all"),
-                        Sample(t(2, 3), call=lambda op, a: op(a.where(engine.tensor(_SOME), math.nan), 1),
+                        Sample(t(2, 3), call=lambda op, a: op(a.where(engine.tensor(_SOME, device=a.device), math.nan), 1),
                                ref=lambda a: np.nanmean(np.where(_SOME, a, np.nan), 1), desc="NaN in each row")],
     "topk": lambda: [Sample(distinct(3, 5), call=lambda op, a: op(a, 2).values, ref=lambda a: -np.sort(-a, 1)[:, :2]),
                      Sample(distinct(4, 3), call=lambda op, a: op(a, 3, dim=0, largest=False)[0],

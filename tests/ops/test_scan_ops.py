@@ -380,3 +380,14 @@ def test_topk_of_a_small_k_is_the_stable_orders_start(largest):
         got = tg.tensor(data).topk(k, dim, largest=largest)
         np.testing.assert_array_equal(got.indices.numpy(), want, err_msg=f"dim={dim} k={k}")
         np.testing.assert_array_equal(got.values.numpy(), np.take_along_axis(data, want, dim))
+
+
+def test_kthvalue_ties_and_the_order_statistics_on_a_virtual_device():
+    x = _tied_rows(np.random.default_rng(11), 12, 9, nan=True)
+    cpu, virt = tg.tensor(x), tg.tensor(x).to("virtual:1")
+    for call in (lambda t: t.kthvalue(4, 1), lambda t: t.median(1), lambda t: t.topk(2, 1), lambda t: t.mode(0),
+                 lambda t: t.cummax(1)):
+        ours, there = call(cpu), call(virt)
+        assert there.values.device == virt.device and there.indices.device == virt.device
+        np.testing.assert_array_equal(there.indices.numpy(), ours.indices.numpy())
+    assert tg.histc(virt, bins=5, min=0, max=4).device == virt.device
