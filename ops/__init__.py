@@ -28,8 +28,8 @@ from .math import argsort
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
-from .scan import (aminmax, bincount, cummax, cummin, cumprod, histc, kthvalue, logcumsumexp, median, mode, nanmean,
-                   nanmedian, nansum, prod, std_mean, topk, unique, var_mean)
+from .scan import aminmax, cummax, cummin, cumprod, logcumsumexp, nanmean, nansum, prod, std_mean, var_mean
+from .order import bincount, histc, kthvalue, median, mode, nanmedian, topk, unique
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
@@ -41,4 +41,4 @@ __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]
-__all__ += ["unique", "histc", "bincount"]  # scan.py's counting functions: no gradient, not in REGISTRY
+__all__ += ["unique", "histc", "bincount"]  # order.py's counting functions: no gradient, not in REGISTRY

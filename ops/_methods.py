@@ -11,7 +11,7 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap, add_methods
 
-from . import activation, device, elementwise, index, linalg, nn, reduce, scan, shape, stats
+from . import activation, device, elementwise, index, linalg, nn, order, reduce, scan, shape, stats
 from . import math as pointwise
 from ._core import binary_operands, normalize_dim
 
@@ -97,8 +97,9 @@ _METHODS: dict[str, Any] = {
     "where": lambda self, condition, other: elementwise.where(condition, self, other),
     "expand_as": lambda self, other: shape.expand(self, other.shape),
     **{name: getattr(scan, name) for name in (
-        "prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "median", "nanmedian", "nansum", "nanmean",
-        "topk", "kthvalue", "mode", "unique", "histc", "bincount")},
+        "prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "nansum", "nanmean")},
+    **{name: getattr(order, name) for name in (
+        "median", "nanmedian", "topk", "kthvalue", "mode", "unique", "histc", "bincount")},
     "reshape_as": lambda self, other: shape.reshape(self, other.shape),
     "view_as": lambda self, other: shape.reshape(self, other.shape),
 }

@@ -333,7 +333,7 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(distinct(2, 3), args=(float("inf"),), kwargs={"dim": 1}, ref=lambda a: np.abs(a).max(1), desc="p=inf"),
         Sample(t(2, 3), args=(3,), ref=lambda a: (np.abs(a) ** 3).sum() ** (1 / 3), desc="p=3"),
     ],
-    # products, scans and order statistics (ops/scan.py)
+    # products, scans and order statistics (ops/scan.py, ops/order.py)
     "prod": lambda: [
         Sample(t(2, 3), ref=np.prod, desc="all"),
         Sample(t(2, 3), args=(1,), kwargs={"keepdim": True}, ref=lambda a: a.prod(1, keepdims=True),

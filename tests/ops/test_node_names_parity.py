@@ -84,7 +84,7 @@ CASES = {
     "outer": {"outer": (_both("outer"), [(3,), (4,)])},
     "amax": {"amax": (lambda a: a.amax(1), [(2, 3)])},
     "sort": {"sort": (lambda a: a.sort(1)[0], [(2, 3)]), "sort stable": (lambda a: a.sort(stable=True)[0], [(2, 3)])},
-    # ops/scan.py
+    # ops/scan.py, ops/order.py
     "prod": {"prod": (lambda a: a.prod(), [(2, 3)]), "prod dim": (lambda a: a.prod(1, keepdim=True), [(2, 3)])},
     "cumprod": {"cumprod": (lambda a: a.cumprod(1), [(2, 3)])},
     "cummax": {"cummax": (lambda a: a.cummax(1).values, [(2, 3)])},

@@ -1,6 +1,6 @@
-"""ops/scan.py against torch: the indices among ties and NaN (Note [Index choice among ties]),
-prod's and cumprod's gradients with zeros (first and second order), the counting functions,
-dtypes, return types and errors. Skipped without torch."""
+"""ops/scan.py and ops/order.py against torch: the indices among ties and NaN (Note [Index
+choice among ties] in ops/order.py), prod's and cumprod's gradients with zeros (first and
+second order), the counting functions, dtypes, return types and errors. Skipped without torch."""
 from __future__ import annotations
 
 import math

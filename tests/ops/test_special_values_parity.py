@@ -203,7 +203,7 @@ MORE = {
     "sort descending dim 0": (lambda x: x.sort(0, descending=True)[0], lambda x: x.sort(0, descending=True)[0],
                               (ROWS,)),
     "amin": (lambda x: x.amin(1), lambda x: x.amin(1), (ROWS,)),
-    # ops/scan.py (the indices' ties and NaN: tests/ops/test_scan_ops.py)
+    # ops/scan.py, ops/order.py (the indices' ties and NaN: tests/ops/test_scan_ops.py)
     **{f"{name} dim 1": (lambda x, name=name: getattr(x, name)(1), lambda x, name=name: getattr(x, name)(1), (ROWS,))
        for name in ("prod", "cumprod", "logcumsumexp", "nansum", "nanmean")},
     **{f"{name} all": (lambda x, name=name: getattr(x, name)(), lambda x, name=name: getattr(x, name)(), (ROWS,))
@@ -274,5 +274,5 @@ def test_every_op_of_the_registry_is_checked_here():
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     covered |= {"prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "median", "nanmedian", "nansum",
-                "nanmean", "topk", "kthvalue", "mode", "var_mean", "std_mean"}  # ops/scan.py
+                "nanmean", "topk", "kthvalue", "mode", "var_mean", "std_mean"}  # ops/scan.py, ops/order.py
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
