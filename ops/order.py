@@ -306,7 +306,7 @@ def kthvalue(x: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         host = x.device.to_host
         moved = numpy.moveaxis(host(data), d, -1)
         host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
-        for slice_ in zip(*numpy.nonzero(numpy.moveaxis(host(tied), d, -1)[..., 0])):
+        for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(tied), d, -1)[..., 0])):  # (a 1-d x: 0-d)
             host_idx[slice_ + (0,)] = _quickselect_index(moved[slice_].tolist(), k - 1)
         idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
     return _KthvalueResult(*_index_result(x, values, idx, d, keepdim, KthvalueBackward0()))

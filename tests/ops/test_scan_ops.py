@@ -64,6 +64,8 @@ def test_kthvalue_indices_among_ties_are_torchs_quickselect(nan):
             ours, theirs = tg.tensor(x).kthvalue(k, 1), torch.tensor(x).kthvalue(k, 1)
             _same(ours.values, theirs.values)
             np.testing.assert_array_equal(ours.indices.numpy(), theirs.indices.numpy(), err_msg=f"n={n} k={k}")
+            row_ours, row_theirs = tg.tensor(x[0]).kthvalue(k), torch.tensor(x[0]).kthvalue(k)  # 1-d
+            assert row_ours.indices.item() == row_theirs.indices.item(), f"1-d n={n} k={k}"
 
 
 def test_kthvalue_along_dim_0_with_keepdim():

@@ -1,5 +1,6 @@
-"""torch's own tests of the order statistics and moments, ported (test/test_reductions.py,
-TestReductions; the name of each original is in the docstring of its port). numpy is the
+"""torch's own tests of the order statistics and moments, ported (test/test_reductions.py's
+TestReductions and test/test_sort_and_select.py's TestSortAndSelect; the name of each original
+is in the docstring of its port). numpy is the
 reference, so these run without torch; sizes are smaller than torch's (2 cores)."""
 from __future__ import annotations
 
@@ -115,3 +116,44 @@ def test_var_mean_and_std_mean(name):
             want = getattr(x, spread)(dim=dim, unbiased=unbiased, keepdim=keepdim), x.mean(dim=dim, keepdim=keepdim)
         np.testing.assert_allclose(first.numpy(), want[0].numpy(), rtol=1e-12)
         np.testing.assert_allclose(second.numpy(), want[1].numpy(), rtol=1e-12)
+
+
+def test_kthvalue():
+    """Port of test_kthvalue (TestSortAndSelect, float64; 20 a side where torch has 50): values
+    and indices are the sort's k-th along the last dim and along dim 0, on a strided view as on
+    its copy, the input unchanged; repeated values; one NaN a row (the largest)."""
+    size = 20
+    rng = np.random.default_rng(3)
+    a = rng.random((size, size, size))
+    x = tg.tensor(a)
+    for k in (1, int(rng.integers(1, size + 1)), size):
+        values, indices = tg.kthvalue(x, k, keepdim=False)
+        sorted_values, sorted_indices = tg.sort(x)
+        np.testing.assert_array_equal(values.numpy(), sorted_values.numpy()[:, :, k - 1])
+        np.testing.assert_array_equal(indices.numpy(), sorted_indices.numpy()[:, :, k - 1])
+        values, indices = tg.kthvalue(x, k, 0, keepdim=False)
+        sorted_values, sorted_indices = tg.sort(x, 0)
+        np.testing.assert_array_equal(values.numpy(), sorted_values.numpy()[k - 1])
+        np.testing.assert_array_equal(indices.numpy(), sorted_indices.numpy()[k - 1])
+    y = x[:, 0:1]  # a strided view, against its copy
+    for got, want in zip(tg.kthvalue(y, 7), tg.kthvalue(y.clone(), 7)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    strided = tg.tensor([0.0, -1.0, 1.0, -2.0, 2.0])[::2]
+    assert [t.item() for t in strided.kthvalue(2)] == [1.0, 1]
+    np.testing.assert_array_equal(x.numpy(), a)
+    rep = tg.tensor([3.0, 5, 4, 1, 1, 5])
+    assert tg.kthvalue(rep, 3)[0].item() == 3 and tg.kthvalue(rep, 2)[0].item() == 1
+    a[np.arange(size), :, rng.integers(0, size, size)] = NAN
+    x = tg.tensor(a)
+    sorted_values, sorted_indices = tg.sort(x)
+    for k in (int(rng.integers(1, size + 1)), 1, size, size - 1):
+        values, indices = tg.kthvalue(x, k, keepdim=False)
+        np.testing.assert_array_equal(values.numpy(), sorted_values.numpy()[:, :, k - 1])
+        np.testing.assert_array_equal(indices.numpy(), sorted_indices.numpy()[:, :, k - 1])
+
+
+def test_kthvalue_scalar():
+    """Port of test_kthvalue_scalar: a 0-d tensor and its 1-element 1-d form agree."""
+    res = tg.tensor(2.0).kthvalue(1)
+    ref = tg.tensor([2.0]).kthvalue(1)
+    assert res[0].shape == () and res[0].item() == ref[0].item() and res[1].item() == ref[1].item()
