@@ -177,10 +177,9 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     if not isinstance(k, (int, numpy.integer)) or not 0 <= k <= size:
         raise RuntimeError("selected index k out of range")
     xp = x.device.xp
-    if x.ndim == 0:  # k is 0 or 1: a 0-d result for 1, as torch's
+    if x.ndim == 0:  # k is 0 or 1, and either gives the element itself, 0-d, as torch's
         flat = reshape(x, (1,))
-        return _TopkResult(*_index_result(flat, flat._data[:k], xp.zeros(k, dtype="int64"), 0, k != 1,
-                                          TopkBackward0()))
+        return _TopkResult(*_index_result(flat, flat._data, xp.zeros(1, dtype="int64"), 0, False, TopkBackward0()))
     idx = _top_indices(xp, x._data, d, k, largest)
     values = xp.take_along_axis(x._data, idx, axis=d)
     return _TopkResult(*_index_result(x, values, idx, d, True, TopkBackward0()))

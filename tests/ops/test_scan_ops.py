@@ -134,6 +134,10 @@ def test_topk_matches_torch_on_a_0d_tensor_and_k_0():
     ours, theirs = a.topk(1), b.topk(1)
     assert ours.values.shape == () and ours.values.grad_fn.name() == theirs.values.grad_fn.name()
     assert tg.ones(2, 3).topk(0).values.shape == (2, 0)
+    for k in (0, 1):  # (torch: the element itself for either k)
+        ours, theirs = tg.tensor(2.5).topk(k), torch.tensor(2.5).topk(k)
+        assert ours.values.shape == tuple(theirs.values.shape) and ours.values.item() == theirs.values.item()
+        assert ours.indices.shape == tuple(theirs.indices.shape)
 
 
 # --- prod and cumprod with zeros ---------------------------------------------------------------
