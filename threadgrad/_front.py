@@ -257,6 +257,11 @@ def _format(self: Tensor, spec: str) -> str:
     return str(self)
 
 
+# topk is an op of the registry now (ops/order.py: TopkBackward0, torch's NaN order); the name
+# stays here so that the front door's imports and method table read as before
+from .ops.order import topk  # noqa: E402
+
+
 def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
     """``input == other`` elementwise (a bool tensor), as ``torch.eq``; also ``ne``, ``lt``, ``le``,
     ``gt``, ``ge``."""
@@ -401,7 +406,7 @@ def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
     add_methods({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
-             "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
              "chunk": chunk, "unbind": unbind, "narrow": narrow, "index_select": index_select, "repeat": _repeat,
              "new_zeros": _new(None), "new_ones": _new(1), "new_empty": _new(None), "new_full": _new_full,
              "new_tensor": _new_tensor, "type_as": lambda self, other: self.to(other.dtype),
