@@ -36,9 +36,10 @@ from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
 
-# Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
-__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "logical_and",
+# Not differentiable (they return indices or counts), so not in REGISTRY: argmax, argmin, one_hot, unique, histc,
+# bincount; flatten is reshape.
+__all__ = sorted(REGISTRY) + ["unique", "histc", "bincount"] + ["argmax", "argmin", "one_hot", "flatten", "isnan",
+                             "isinf", "isfinite", "logical_and",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]
-__all__ += ["unique", "histc", "bincount"]  # order.py's counting functions: no gradient, not in REGISTRY

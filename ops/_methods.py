@@ -11,9 +11,10 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap, add_methods
 
-from . import activation, device, elementwise, index, linalg, nn, order, reduce, scan, shape, stats
+from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
 from . import math as pointwise
 from ._core import binary_operands, normalize_dim
+from . import order, scan
 
 
 def _rev(fn: Any) -> Any:
