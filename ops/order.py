@@ -14,8 +14,8 @@ gradient, so it follows torch's cpu kernels, case by case:
 * ``median(x, dim)``, ``nanmedian(x, dim)``: torch's order is a stable sort, NaN last; the
   median is its ``(n - 1) // 2``-th element, and a slice holding NaN gives its first NaN
   (nanmedian: the ``(c - 1) // 2``-th of its ``c`` numbers).
-* ``cummax`` / ``cummin``: the latest element that reached the running extreme (torch
-  compares with ``>=`` / ``<=``); once a NaN came, the latest NaN.
+* ``cummax`` / ``cummin`` (scan.py): the latest element that reached the running extreme
+  (torch compares with ``>=`` / ``<=``); once a NaN came, the latest NaN.
 * ``kthvalue``: torch runs a quickselect (median-of-three pivot, Hoare partition) on each
   slice, and the index among ties falls where its swaps leave it. Where the k-th value is
   unique in its slice (the usual case) the index is the stable sort's; only the slices with
@@ -53,7 +53,7 @@ _ModeResult = namedtuple("mode", ["values", "indices"])
 
 def _index_result(x: Tensor, values: Any, idx: Any, dim: int, keepdim: bool, node: Node | None) -> tuple:
     """(values, indices) Tensors of a value-selecting reduction along ``dim``; ``idx`` holds
-    the selected positions with ``dim`` kept (size 1). The node (a MaxBackward0 kind) sends
+    the selected positions along ``dim`` (size 1, or k for topk). The node (a MaxBackward0 kind) sends
     the gradient back to those positions."""
     xp = x.device.xp
     if not keepdim:
