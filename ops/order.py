@@ -19,12 +19,15 @@ gradient, so it follows torch's cpu kernels, case by case:
 * ``kthvalue``: torch runs a quickselect (median-of-three pivot, Hoare partition) on each
   slice, and the index among ties falls where its swaps leave it. Where the k-th value is
   unique in its slice (the usual case) the index is the stable sort's; only the slices with
-  ties run :func:`_quickselect_index`, which repeats those swaps.
+  ties run ``_selection.quickselect_index``, which repeats those swaps.
 * ``mode``: the smallest of the most frequent values, and the last position holding it
   (torch's insertion sort on slices of up to 16 elements; on longer slices its introsort
   may pick another of the tied positions).
-* ``topk``: the stable order (largest: NaN first). torch's own order among equal values
-  comes from libstdc++'s nth_element / partial_sort and is not reproduced: docs/ops.md says so.
+* ``topk`` (``sorted=True``): torch sorts pairs (value, index) with libstdc++'s
+  ``std::partial_sort`` (``k * 64 <= n``) or ``std::nth_element`` and ``std::sort``, whose
+  order among equal values is the algorithms' own. Where the top ``k`` of a slice hold no tie
+  (no two equal, none equal to one left out) any order agrees with the stable sort's; only the
+  slices with a tie run ``_selection.topk_order``, which replays those algorithms.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, check_tensor, normalize_dim, record, register, tls
+from ._selection import quickselect_index, topk_order
 from .index import along_dim_index
 from .math import _stable_order
 from .reduce import MaxBackward0, MaxBackward1, keepdim_shape
@@ -163,8 +167,8 @@ class TopkBackward0(MaxBackward0):
 def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) elements along
     ``dim``, as ``torch.topk``: NaN counts as the largest; always in sorted order (torch's
-    ``sorted=False`` leaves the order unspecified); among equal values, the lower index first
-    (See Note [Index choice among ties]). The gradient goes back through the indices.
+    ``sorted=False`` leaves the order unspecified); among equal values, torch's indices (See
+    Note [Index choice among ties]). The gradient goes back through the indices.
 
     >>> from threadgrad import engine, ops
     >>> r = ops.topk(engine.tensor([1.0, 3.0, 2.0]), 2)
@@ -180,9 +184,38 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     if x.ndim == 0:  # k is 0 or 1, and either gives the element itself, 0-d, as torch's
         flat = reshape(x, (1,))
         return _TopkResult(*_index_result(flat, flat._data, xp.zeros(1, dtype="int64"), 0, False, TopkBackward0()))
-    idx = _top_indices(xp, x._data, d, k, largest)
-    values = xp.take_along_axis(x._data, idx, axis=d)
+    data = x._data
+    idx = _top_indices(xp, data, d, k, largest)
+    values = xp.take_along_axis(data, idx, axis=d)
+    tied = _tied_in_top(xp, data, values, d) if k else None
+    if tied is not None and tied.any():  # only these slices need torch's own order
+        host = x.device.to_host
+        moved = numpy.moveaxis(host(data), d, -1)
+        host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
+        for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(tied), d, -1)[..., 0])):
+            host_idx[slice_] = topk_order(moved[slice_].tolist(), k, largest)
+        idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
+        values = xp.take_along_axis(data, idx, axis=d)  # (0.0 and -0.0 tie: the values move too)
     return _TopkResult(*_index_result(x, values, idx, d, True, TopkBackward0()))
+
+
+def _same(xp: Any, a: Any, b: Any) -> Any:
+    """Equal, NaN equal to NaN: a tie in torch's selection order."""
+    same = a == b
+    if a.dtype.kind in "fc":
+        same |= xp.isnan(a) & xp.isnan(b)
+    return same
+
+
+def _tied_in_top(xp: Any, data: Any, top: Any, dim: int) -> Any:
+    """Per slice (``dim`` kept), whether a tie makes torch's topk order differ from the stable
+    one: two equal values among the ``top`` ones (sorted along ``dim``), or an element left out
+    equal to the last one taken."""
+    lead = (slice(None),) * dim
+    inside = _same(xp, top[lead + (slice(1, None),)], top[lead + (slice(None, -1),)]).any(axis=dim, keepdims=True)
+    last = top[lead + (slice(-1, None),)]
+    left_out = _same(xp, data, last).sum(axis=dim, keepdims=True) > _same(xp, top, last).sum(axis=dim, keepdims=True)
+    return inside | left_out
 
 
 def _top_indices(xp: Any, data: Any, dim: int, k: int, largest: bool) -> Any:
@@ -219,54 +252,6 @@ class KthvalueBackward0(MaxBackward0):
     """kthvalue's backward: the gradient goes to the returned index."""
 
     __slots__ = ()
-
-
-def _greater_or_nan(a: Any, b: Any) -> bool:
-    """torch's quickselect order: NaN above every number."""
-    return (a != a and b == b) or a > b
-
-
-def _quickselect_index(values: list, k: int) -> int:
-    """The original position that torch's cpu kthvalue reports for the ``k``-th (0-based)
-    smallest of ``values``: the same median-of-three quickselect, swap for swap (See Note
-    [Index choice among ties])."""
-    vals = list(values)
-    pos = list(range(len(vals)))
-
-    def swap(i: int, j: int) -> None:
-        vals[i], vals[j] = vals[j], vals[i]
-        pos[i], pos[j] = pos[j], pos[i]
-
-    lo, hi = 0, len(vals) - 1
-    while hi > lo:
-        if hi == lo + 1:
-            if _greater_or_nan(vals[lo], vals[hi]):
-                swap(lo, hi)
-            break
-        swap(lo + (hi - lo) // 2, lo + 1)  # the median of three becomes the pivot, at lo
-        if _greater_or_nan(vals[lo + 1], vals[hi]):
-            swap(lo + 1, hi)
-        if _greater_or_nan(vals[lo], vals[hi]):
-            swap(lo, hi)
-        if _greater_or_nan(vals[lo + 1], vals[lo]):
-            swap(lo + 1, lo)
-        i, j, pivot = lo + 1, hi, vals[lo]
-        while True:
-            i += 1
-            while _greater_or_nan(pivot, vals[i]):
-                i += 1
-            j -= 1
-            while _greater_or_nan(vals[j], pivot):
-                j -= 1
-            if j < i:
-                break
-            swap(i, j)
-        swap(lo, j)
-        if j <= k:
-            lo = i
-        if j >= k:
-            hi = j - 1
-    return pos[k]
 
 
 @register
@@ -306,7 +291,7 @@ def kthvalue(x: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         moved = numpy.moveaxis(host(data), d, -1)
         host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
         for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(tied), d, -1)[..., 0])):  # (a 1-d x: 0-d)
-            host_idx[slice_ + (0,)] = _quickselect_index(moved[slice_].tolist(), k - 1)
+            host_idx[slice_ + (0,)] = quickselect_index(moved[slice_].tolist(), k - 1)
         idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
     return _KthvalueResult(*_index_result(x, values, idx, d, keepdim, KthvalueBackward0()))
 

@@ -107,8 +107,7 @@ def test_mode_values_on_long_slices_are_torchs():
 
 @pytest.mark.parametrize("largest", [True, False])
 def test_topk_with_nan_and_distinct_values_is_torchs(largest):
-    # (one NaN a row: two NaN are a tie, whose order is libstdc++'s in torch)
-    x = np.array([[1.0, NAN, 3.0, -2.0, 0.5], [-3.0, NAN, 0.0, 7.0, -1.0]])
+    x = np.array([[1.0, NAN, 3.0, -2.0, 0.5], [NAN, NAN, 0.0, 7.0, -1.0]])
     for k in (1, 2, 3, 5):
         a, b = _pair(x)
         ours, theirs = a.topk(k, largest=largest), b.topk(k, largest=largest)
@@ -120,13 +119,28 @@ def test_topk_with_nan_and_distinct_values_is_torchs(largest):
         _same(a.grad, b.grad)
 
 
-def test_topk_values_with_ties_are_torchs():
-    # (the order of equal values among the indices is libstdc++'s in torch: only values compared)
-    x = _tied_rows(np.random.default_rng(7), 10, 12)
-    for k in (1, 4, 12):
-        _same(tg.tensor(x).topk(k, 1).values, torch.tensor(x).topk(k, 1).values)
-        k0 = min(k, 10)
-        _same(tg.tensor(x).topk(k0, 0, largest=False).values, torch.tensor(x).topk(k0, 0, largest=False).values)
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_indices_among_ties_are_torchs(largest):
+    """Ties replay torch's libstdc++ order: std::partial_sort where k * 64 <= n, else
+    std::nth_element and std::sort (NaN ties included; 0.0 and -0.0 tie, their values move)."""
+    rng = np.random.default_rng(12)
+    for n, ks in ((1, (1,)), (5, (1, 2, 5)), (17, (1, 8, 16, 17)), (40, (3, 39)), (200, (1, 3, 4, 50, 199))):
+        x = _tied_rows(rng, 6, n, nan=True)
+        x[x == 0.0] = -0.0
+        x[::2][x[::2] == 1.0] = 0.0
+        for k in ks:
+            for dim in (1, 0) if n <= 40 else (1,):
+                if k > x.shape[dim]:
+                    continue
+                a, b = _pair(x)
+                ours, theirs = a.topk(k, dim, largest=largest), b.topk(k, dim, largest=largest)
+                np.testing.assert_array_equal(ours.indices.numpy(), theirs.indices.numpy(), err_msg=f"n={n} k={k}")
+                np.testing.assert_array_equal(np.signbit(ours.values.detach().numpy()),
+                                              np.signbit(theirs.values.detach().numpy()))
+                w = np.arange(1.0, ours.values.numel() + 1).reshape(ours.values.shape)
+                (ours.values * tg.tensor(w)).sum().backward()
+                (theirs.values * torch.tensor(w)).sum().backward()
+                _same(a.grad, b.grad)
 
 
 def test_topk_matches_torch_on_a_0d_tensor_and_k_0():
@@ -369,9 +383,12 @@ def test_methods_and_return_types_are_torchs():
 
 
 @pytest.mark.parametrize("largest", [True, False])
-def test_topk_of_a_small_k_is_the_stable_orders_start(largest):
+def test_topks_partition_path_is_the_stable_orders_start(largest):
     """topk's partition path (k up to a quarter of the dim) picks what the whole stable order
-    starts with: beyond the k-th value, then its ties by lowest index; NaN the largest."""
+    starts with: beyond the k-th value, then its ties by lowest index; NaN the largest. (Where
+    ties remain, topk then replays torch's order on those slices.)"""
+    from threadgrad.ops.order import _top_indices
+
     rng = np.random.default_rng(10)
     x = rng.integers(0, 6, size=(7, 200)).astype(np.float64)
     x[rng.random(x.shape) < 0.05] = NAN
@@ -383,9 +400,7 @@ def test_topk_of_a_small_k_is_the_stable_orders_start(largest):
         order = np.lexsort((np.broadcast_to(np.arange(moved.shape[-1]), moved.shape),
                             -key if largest else key, ~np.isnan(moved) if largest else np.isnan(moved)), axis=-1)
         want = np.moveaxis(order[..., :k], -1, dim)
-        got = tg.tensor(data).topk(k, dim, largest=largest)
-        np.testing.assert_array_equal(got.indices.numpy(), want, err_msg=f"dim={dim} k={k}")
-        np.testing.assert_array_equal(got.values.numpy(), np.take_along_axis(data, want, dim))
+        np.testing.assert_array_equal(_top_indices(np, data, dim, k, largest), want, err_msg=f"dim={dim} k={k}")
 
 
 def test_kthvalue_ties_and_the_order_statistics_on_a_virtual_device():
