@@ -234,3 +234,25 @@ def topk_order(values: list, k: int, largest: bool) -> list:
         pairs.nth_element(k - 1)
         pairs.sort(0, k - 1)
     return pairs.p[:k]
+
+
+def _less(a: float, b: float) -> bool:
+    return a < b  # (NaN compares false both ways, as in C++: torch's mode does not order it)
+
+
+def mode_position(values: list) -> int:
+    """The original position torch's cpu mode reports for ``values``: it sorts pairs (value,
+    index) by value with ``std::sort`` and ``<`` (NaN unordered), then takes the first longest
+    run of equal values (``!=`` ends a run, so each NaN is a run of its own) and the index at
+    the run's end."""
+    pairs = _Pairs(values, _less)
+    n = len(values)
+    pairs.sort(0, n)
+    v, best, best_len, run = pairs.v, 0, 0, 0
+    for i in range(n):
+        run += 1
+        if i == n - 1 or v[i] != v[i + 1]:
+            if run > best_len:
+                best, best_len = i, run
+            run = 0
+    return pairs.p[best]

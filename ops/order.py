@@ -20,9 +20,11 @@ gradient, so it follows torch's cpu kernels, case by case:
   slice, and the index among ties falls where its swaps leave it. Where the k-th value is
   unique in its slice (the usual case) the index is the stable sort's; only the slices with
   ties run ``_selection.quickselect_index``, which repeats those swaps.
-* ``mode``: the smallest of the most frequent values, and the last position holding it
-  (torch's insertion sort on slices of up to 16 elements; on longer slices its introsort
-  may pick another of the tied positions).
+* ``mode``: torch sorts pairs (value, index) by value with ``std::sort`` and ``<``, then takes
+  the first longest run and the index at its end. Up to 16 elements that sort is an insertion
+  sort, stable: the smallest of the most frequent values and its last position, as a
+  whole-array stable sort gives; longer slices with a repeated mode, and slices holding NaN
+  (which ``<`` leaves unordered, each NaN a run of its own), run ``_selection.mode_position``.
 * ``topk`` (``sorted=True``): torch sorts pairs (value, index) with libstdc++'s
   ``std::partial_sort`` (``k * 64 <= n``) or ``std::nth_element`` and ``std::sort``, whose
   order among equal values is the algorithms' own. Where the top ``k`` of a slice hold no tie
@@ -40,7 +42,7 @@ import numpy
 from ..engine.tensor import Tensor, _wrap
 
 from ._core import Node, check_tensor, normalize_dim, record, register, tls
-from ._selection import quickselect_index, topk_order
+from ._selection import mode_position, quickselect_index, topk_order
 from .index import along_dim_index
 from .math import _stable_order
 from .reduce import MaxBackward0, MaxBackward1, keepdim_shape
@@ -189,12 +191,7 @@ def topk(x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     values = xp.take_along_axis(data, idx, axis=d)
     tied = _tied_in_top(xp, data, values, d) if k else None
     if tied is not None and tied.any():  # only these slices need torch's own order
-        host = x.device.to_host
-        moved = numpy.moveaxis(host(data), d, -1)
-        host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
-        for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(tied), d, -1)[..., 0])):
-            host_idx[slice_] = topk_order(moved[slice_].tolist(), k, largest)
-        idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
+        idx = _replay(x, idx, tied, d, lambda values: topk_order(values, k, largest))
         values = xp.take_along_axis(data, idx, axis=d)  # (0.0 and -0.0 tie: the values move too)
     return _TopkResult(*_index_result(x, values, idx, d, True, TopkBackward0()))
 
@@ -287,12 +284,7 @@ def kthvalue(x: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         same |= xp.isnan(data) & xp.isnan(values)
     tied = same.sum(axis=d, keepdims=True) > 1
     if tied.any():  # only these slices need torch's swaps
-        host = x.device.to_host
-        moved = numpy.moveaxis(host(data), d, -1)
-        host_idx = numpy.moveaxis(host(idx).copy(), d, -1)
-        for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(tied), d, -1)[..., 0])):  # (a 1-d x: 0-d)
-            host_idx[slice_ + (0,)] = quickselect_index(moved[slice_].tolist(), k - 1)
-        idx = x.device.asarray(numpy.moveaxis(host_idx, -1, d))
+        idx = _replay(x, idx, tied, d, lambda values: quickselect_index(values, k - 1))
     return _KthvalueResult(*_index_result(x, values, idx, d, keepdim, KthvalueBackward0()))
 
 
@@ -305,9 +297,9 @@ class ModeBackward0(MaxBackward0):
 @register
 def mode(x: Tensor, dim: int = -1, keepdim: bool = False) -> Any:
     """``(values, indices)`` of the most frequent value along ``dim`` (the smallest among
-    equally frequent ones) and the last position holding it, as ``torch.mode`` (See Note
-    [Index choice among ties]; each NaN counts as a value of its own). The gradient goes to
-    the returned index.
+    equally frequent ones) and torch's position of it (the last one on up to 16 elements; See
+    Note [Index choice among ties]), NaN as torch's unordered sort leaves it. The gradient goes
+    to the returned index.
 
     >>> from threadgrad import engine, ops
     >>> r = ops.mode(engine.tensor([[2.0, 1.0, 2.0, 1.0, 3.0]]))
@@ -335,8 +327,26 @@ def mode(x: Tensor, dim: int = -1, keepdim: bool = False) -> Any:
     lengths = xp.where(ends, pos - run_start + 1, 0)
     best = xp.expand_dims(xp.argmax(lengths, axis=d), d)  # the first longest run: the smallest value
     idx = xp.take_along_axis(order, best, axis=d)
+    # torch's std::sort is stable only up to 16 elements, and its < leaves NaN unordered: the
+    # slices where either matters replay it (a repeated mode past 16 elements, or a NaN)
+    replay = xp.take_along_axis(lengths, best, axis=d) > 1 if n > 16 else xp.zeros(best.shape, dtype=bool)
+    if x._data.dtype.kind in "fc":
+        replay = replay | xp.isnan(x._data).any(axis=d, keepdims=True)
+    if replay.any():
+        idx = _replay(x, idx, replay, d, mode_position)
     values = xp.take_along_axis(x._data, idx, axis=d)
     return _ModeResult(*_index_result(x, values, idx, d, keepdim, ModeBackward0()))
+
+
+def _replay(x: Tensor, idx: Any, slices: Any, dim: int, pick: Any) -> Any:
+    """``idx`` with each slice marked in ``slices`` (``dim`` kept) replaced by ``pick`` of the
+    slice's values as a list: torch's algorithm replayed on the host (ops/_selection.py)."""
+    host = x.device.to_host
+    moved = numpy.moveaxis(host(x._data), dim, -1)
+    host_idx = numpy.moveaxis(host(idx).copy(), dim, -1)
+    for slice_ in map(tuple, numpy.argwhere(numpy.moveaxis(host(slices), dim, -1)[..., 0])):  # (a 1-d x: 0-d)
+        host_idx[slice_] = pick(moved[slice_].tolist())
+    return x.device.asarray(numpy.moveaxis(host_idx, -1, dim))
 
 
 # --- counting: unique, histc, bincount (no gradient) ------------------------------------------
