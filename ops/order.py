@@ -453,13 +453,20 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
         raise RuntimeError("minlength should be >= 0")
     xp = input.device.xp
     data = input._data
-    if data.ndim != 1 or (data.size and int(data.min()) < 0):
+    if data.ndim == 1 and data.size == 0:  # torch's early return: int64 zeros, weights or not
+        return _wrap(xp.zeros(minlength, dtype="int64"), input.device)
+    if data.ndim != 1 or int(data.min()) < 0:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is None:
         return _wrap(xp.bincount(data.astype("int64"), minlength=minlength).astype("int64"), input.device)
     check_tensor(weights, "bincount", "weights")
     if weights._data.ndim != 1 or weights.shape[0] != data.shape[0]:
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    out_dtype = "float32" if weights.dtype == numpy.float32 else "float64"
-    counts = xp.bincount(data.astype("int64"), weights=weights._data.astype("float64"), minlength=minlength)
-    return _wrap(counts.astype(out_dtype), input.device)
+    if weights.dtype != numpy.float32:
+        counts = xp.bincount(data.astype("int64"), weights=weights._data.astype("float64"), minlength=minlength)
+        return _wrap(counts, input.device)
+    # float32 weights sum in float32, in input order, as torch's loop does (numpy's bincount
+    # would sum in float64 and round once: another last bit)
+    counts = xp.zeros(max(int(data.max()) + 1, minlength), dtype="float32")
+    xp.add.at(counts, data, weights._data)
+    return _wrap(counts, input.device)

@@ -328,6 +328,12 @@ def test_bincount_is_torchs():
         assert str(ours.dtype) == str(theirs.dtype).replace("torch.", "")
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     assert tg.bincount(tg.tensor([], dtype=tg.int64)).tolist() == []
+    empty = tg.bincount(tg.tensor([], dtype=tg.int64), tg.tensor([], dtype=tg.float32), minlength=3)
+    assert empty.dtype == tg.int64 and empty.tolist() == [0, 0, 0]  # (torch: int64 zeros, weights or not)
+    rng = np.random.default_rng(13)  # float32 weights sum in float32, in order, to torch's last bit
+    x, w = rng.integers(0, 5, 20_000), rng.standard_normal(20_000).astype(np.float32)
+    np.testing.assert_array_equal(tg.bincount(tg.tensor(x), tg.tensor(w)).numpy(),
+                                  torch.bincount(torch.tensor(x), torch.tensor(w)).numpy())
 
 
 # --- errors ------------------------------------------------------------------------------------
