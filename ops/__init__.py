@@ -28,14 +28,18 @@ from .math import argsort
 from .nn import conv2d, cross_entropy, dropout, layer_norm, linear, mse_loss, one_hot
 from .reduce import argmax, argmin, logsumexp, max, mean, min, sum
 from .stats import norm, std, var
+from .scan import aminmax, cummax, cummin, cumprod, logcumsumexp, nanmean, nansum, prod, std_mean, var_mean
+from .order import bincount, histc, kthvalue, median, mode, nanmedian, topk, unique
 from .shape import cat, expand, permute, reshape, split, squeeze, stack, transpose, unsqueeze
 from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
 
-# Not differentiable (they return indices), so not in REGISTRY: argmax, argmin, one_hot; flatten is reshape.
-__all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan", "isinf", "isfinite", "logical_and",
+# Not differentiable (they return indices or counts), so not in REGISTRY: argmax, argmin, one_hot, unique, histc,
+# bincount; flatten is reshape.
+__all__ = sorted(REGISTRY) + ["unique", "histc", "bincount"] + ["argmax", "argmin", "one_hot", "flatten", "isnan",
+                             "isinf", "isfinite", "logical_and",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]

@@ -14,6 +14,7 @@ from ..engine.tensor import Tensor, _wrap, add_methods
 from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
 from . import math as pointwise
 from ._core import binary_operands, normalize_dim
+from . import order, scan
 
 
 def _rev(fn: Any) -> Any:
@@ -96,6 +97,10 @@ _METHODS: dict[str, Any] = {
     "var": stats.var, "std": stats.std, "norm": stats.norm,
     "where": lambda self, condition, other: elementwise.where(condition, self, other),
     "expand_as": lambda self, other: shape.expand(self, other.shape),
+    **{name: getattr(scan, name) for name in (
+        "prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "nansum", "nanmean")},
+    **{name: getattr(order, name) for name in (
+        "median", "nanmedian", "topk", "kthvalue", "mode", "unique", "histc", "bincount")},
     "reshape_as": lambda self, other: shape.reshape(self, other.shape),
     "view_as": lambda self, other: shape.reshape(self, other.shape),
 }

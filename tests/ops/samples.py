@@ -145,6 +145,17 @@ def _np_cross_entropy(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
     return -lp[np.arange(len(target)), target].mean()
 
 
+_SOME = [[True, False, True], [False, True, True]]  # where a sample keeps its numbers (else NaN)
+
+
+def _with_zeros(x: engine.Tensor, at: list) -> engine.Tensor:
+    """``x`` (a leaf) with exact zeros at the positions ``at`` (prod's and cumprod's special cases)."""
+    data = x.detach().numpy().copy()
+    for pos in at:
+        data[pos] = 0.0
+    return engine.tensor(data, requires_grad=True)
+
+
 def _max_samples(name: str) -> Callable[[], list]:
     fn = getattr(np, name)
     arg = getattr(np, "arg" + name)
@@ -322,6 +333,76 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(distinct(2, 3), args=(float("inf"),), kwargs={"dim": 1}, ref=lambda a: np.abs(a).max(1), desc="p=inf"),
         Sample(t(2, 3), args=(3,), ref=lambda a: (np.abs(a) ** 3).sum() ** (1 / 3), desc="p=3"),
     ],
+    # products, scans and order statistics (ops/scan.py, ops/order.py)
+    "prod": lambda: [
+        Sample(t(2, 3), ref=np.prod, desc="all"),
+        Sample(t(2, 3), args=(1,), kwargs={"keepdim": True}, ref=lambda a: a.prod(1, keepdims=True),
+               desc="dim keepdim"),
+        Sample(_with_zeros(t(3, 4), [(0, 1)]), args=(1,), ref=lambda a: a.prod(1), desc="one zero"),
+        Sample(_with_zeros(t(3, 4), [(0, 1), (0, 3), (2, 0)]), args=(1,), ref=lambda a: a.prod(1),
+               desc="two zeros in a slice"),
+        Sample(_with_zeros(t(2, 3), [(1, 2)]), ref=np.prod, desc="all, one zero"),
+        Sample(_with_zeros(t(2, 3), [(1, 2), (0, 0)]), ref=np.prod, desc="all, two zeros"),
+        Sample(t(), args=(0,), ref=np.prod, desc="0-d"),
+    ],
+    "cumprod": lambda: [
+        Sample(t(2, 4), args=(1,), ref=lambda a: np.cumprod(a, 1)),
+        Sample(_with_zeros(t(3, 4), [(0, 1), (1, 3), (2, 0), (2, 2)]), args=(1,), ref=lambda a: np.cumprod(a, 1),
+               desc="zeros: one per row, two in a row"),
+        Sample(t(3, 2), kwargs={"dim": 0}, ref=lambda a: np.cumprod(a, 0), desc="dim=0"),
+    ],
+    "cummax": lambda: [Sample(distinct(3, 4), args=(1,), call=lambda op, a: op(a, 1).values,
+                              ref=lambda a: np.maximum.accumulate(a, 1)),
+                       Sample(distinct(4), call=lambda op, a: op(a, 0).indices, grad=False, desc="indices")],
+    "cummin": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a, 0)[0],
+                              ref=lambda a: np.minimum.accumulate(a, 0))],
+    "logcumsumexp": lambda: [Sample(t(2, 4), args=(1,), ref=lambda a: np.logaddexp.accumulate(a, 1)),
+                             Sample(t(3), args=(0,), ref=lambda a: np.log(np.cumsum(np.exp(a))), desc="1-d")],
+    "aminmax": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a).min, ref=np.min, desc="min"),
+                        Sample(distinct(3, 4), call=lambda op, a: op(a, dim=1, keepdim=True).max,
+                               ref=lambda a: a.max(1, keepdims=True), desc="max dim keepdim"),
+                        Sample(distinct(3, 4), call=lambda op, a: op(a, dim=0)[0] * op(a, dim=0)[1],
+                               ref=lambda a: a.min(0) * a.max(0), desc="both")],
+    "median": lambda: [Sample(distinct(3, 4), ref=lambda a: np.sort(a, None)[5], desc="all, lower median"),
+                       Sample(distinct(3, 5), call=lambda op, a: op(a, dim=1).values,
+                              ref=lambda a: np.median(a, 1), desc="dim"),
+                       Sample(distinct(4, 3), call=lambda op, a: op(a, 0, True).indices, grad=False,
+                              ref=lambda a: np.argsort(a, 0)[1:2], desc="indices keepdim")],
+    "nanmedian": lambda: [Sample(distinct(3, 3), ref=np.median, desc="all"),
+                          Sample(distinct(3, 5), call=lambda op, a: op(a, 1)[0], ref=lambda a: np.median(a, 1),
+                                 desc="dim")],
+    "nansum": lambda: [Sample(t(2, 3), ref=np.sum, desc="all"),
+                       Sample(t(2, 3), args=(1,), kwargs={"keepdim": True}, ref=lambda a: a.sum(1, keepdims=True),
+                              desc="dim keepdim"),
+                       Sample(t(2, 3), call=lambda op, a: op(a.where(a > 0.0, math.nan)), desc="NaN where x < 0")],
+    "nanmean": lambda: [Sample(t(2, 3), ref=np.mean, desc="all"),
+                        Sample(t(2, 3), call=lambda op, a: op(a.where(engine.tensor(_SOME, device=a.device),
+                                                                        math.nan), 1),
+                               ref=lambda a: np.nanmean(np.where(_SOME, a, np.nan), 1), desc="NaN in each row")],
+    "topk": lambda: [Sample(distinct(3, 5), call=lambda op, a: op(a, 2).values, ref=lambda a: -np.sort(-a, 1)[:, :2]),
+                     Sample(distinct(4, 3), call=lambda op, a: op(a, 3, dim=0, largest=False)[0],
+                            ref=lambda a: np.sort(a, 0)[:3], desc="smallest, dim 0"),
+                     Sample(distinct(5), call=lambda op, a: op(a, 2).indices, grad=False,
+                            ref=lambda a: np.argsort(-a)[:2], desc="indices")],
+    "kthvalue": lambda: [Sample(distinct(3, 5), call=lambda op, a: op(a, 2).values, ref=lambda a: np.sort(a, 1)[:, 1]),
+                         Sample(distinct(4, 3), call=lambda op, a: op(a, 4, 0, True)[0],
+                                ref=lambda a: a.max(0, keepdims=True),
+                                desc="dim 0 keepdim")],
+    "mode": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a).values, ref=lambda a: a.min(1),
+                            desc="all distinct: the smallest"),
+                     Sample(engine.tensor([[0.5, 1.5, 0.5, 2.5], [3.0, -1.0, -1.0, 3.0]], dtype=engine.float64),
+                            call=lambda op, a: op(a).indices, ref=lambda a: np.array([2, 2]), grad=False,
+                            desc="ties: the last position")],
+    "var_mean": lambda: [Sample(t(2, 3), call=lambda op, a: op(a)[0], ref=lambda a: a.var(ddof=1), desc="var"),
+                         Sample(t(2, 3), call=lambda op, a: op(a, 1, keepdim=True)[1],
+                                ref=lambda a: a.mean(1, keepdims=True),
+                                desc="mean dim keepdim"),
+                         Sample(t(2, 3, 2),
+                                call=lambda op, a: op(a, (0, 2), correction=0)[0] * op(a, (0, 2), correction=0)[1],
+                                ref=lambda a: a.var((0, 2)) * a.mean((0, 2)), desc="both, correction 0")],
+    "std_mean": lambda: [Sample(t(2, 3), call=lambda op, a: op(a)[0], ref=lambda a: a.std(ddof=1), desc="std"),
+                         Sample(t(2, 3), call=lambda op, a: op(a, 0, unbiased=False)[0] + op(a, 0, unbiased=False)[1],
+                                ref=lambda a: a.std(0) + a.mean(0), desc="both, biased")],
     # linalg
     "matmul": lambda: [
         Sample(t(2, 3), t(3, 2), ref=np.matmul),

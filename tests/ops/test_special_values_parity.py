@@ -203,6 +203,24 @@ MORE = {
     "sort descending dim 0": (lambda x: x.sort(0, descending=True)[0], lambda x: x.sort(0, descending=True)[0],
                               (ROWS,)),
     "amin": (lambda x: x.amin(1), lambda x: x.amin(1), (ROWS,)),
+    # ops/scan.py, ops/order.py (the indices' ties and NaN: tests/ops/test_scan_ops.py)
+    **{f"{name} dim 1": (lambda x, name=name: getattr(x, name)(1), lambda x, name=name: getattr(x, name)(1), (ROWS,))
+       for name in ("prod", "cumprod", "logcumsumexp", "nansum", "nanmean")},
+    **{f"{name} all": (lambda x, name=name: getattr(x, name)(), lambda x, name=name: getattr(x, name)(), (ROWS,))
+       for name in ("prod", "median", "nanmedian", "nansum")},
+    **{f"{name} dim 1": (lambda x, name=name: getattr(x, name)(1)[0], lambda x, name=name: getattr(x, name)(1)[0],
+                         (ROWS,)) for name in ("cummax", "cummin", "median", "nanmedian")},
+    "mode dim 1": (lambda x: x.mode(1)[0], lambda x: x.mode(1)[0], (ROWS,)),
+    "prod dim 0": (lambda x: x.prod(0), lambda x: x.prod(0), (ROWS,)),
+    "cumprod dim 0": (lambda x: x.cumprod(0), lambda x: x.cumprod(0), (ROWS,)),
+    "aminmax": (lambda x: tg.stack(x.aminmax(dim=1)), lambda x: torch.stack(x.aminmax(dim=1)), (ROWS,)),
+    "aminmax all": (lambda x: tg.stack(x.aminmax()), lambda x: torch.stack(x.aminmax()), (ROWS,)),
+    "topk": (lambda x: x.topk(2, 1).values, lambda x: x.topk(2, 1).values, (ROWS,)),
+    "topk smallest": (lambda x: x.topk(1, 1, largest=False).values, lambda x: x.topk(1, 1, largest=False).values,
+                      (ROWS,)),
+    "kthvalue": (lambda x: x.kthvalue(2, 1).values, lambda x: x.kthvalue(2, 1).values, (ROWS,)),
+    "var_mean": (lambda x: tg.stack(tg.var_mean(x, 1)), lambda x: torch.stack(torch.var_mean(x, 1)), (ROWS,)),
+    "std_mean": (lambda x: tg.stack(tg.std_mean(x, 1)), lambda x: torch.stack(torch.std_mean(x, 1)), (ROWS,)),
     "bmm": (lambda x, w: tg.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)),
             lambda x, w: torch.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)), (ROWS, W)),
     "dot mv outer": (lambda x: tg.dot(x[:, 0], x[:, 1]) + tg.mv(x, x[0]).sum() + tg.outer(x[0], x[1]).sum(),
@@ -244,7 +262,9 @@ def test_layer_norm_at_special_values():
 def test_every_op_of_the_registry_is_checked_here():
     """Each op of ops.REGISTRY runs at special values in one of the tables above but dropout,
     whose mask is random (its gradient is g times the mask, as mul's, which is here)."""
-    covered = {"abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
+    covered = {"prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "median", "nanmedian", "nansum",
+               "nanmean", "topk", "kthvalue", "mode", "var_mean", "std_mean",  # ops/scan.py, ops/order.py
+               "abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
                "softplus", "clamp", "pow", "maximum", "add", "sub", "mul", "div", "minimum", "where", "mse_loss",
                "sum", "mean", "max", "min", "logsumexp", "softmax", "log_softmax", "var", "std", "norm",
                "matmul", "linear", "layer_norm", "cross_entropy",
