@@ -19,6 +19,9 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import bmm, dot, matmul, mv, outer
+# linear algebra (issue 31): products, einsum
+from .linalg import addmm, addmv, baddbmm, kron, tensordot, vdot
+from .einsum import einsum
 from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
                    exp2, fmod, hypot, lerp, expm1, floor, floor_divide, frac, isfinite, isinf,

@@ -61,6 +61,8 @@ _METHODS: dict[str, Any] = {
         "isclose", "allclose", "equal", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp", "addcmul",
         "addcdiv", "amax", "amin", "sort", "argsort")},
     "bmm": linalg.bmm, "dot": linalg.dot, "mv": linalg.mv, "outer": linalg.outer,
+    # linear algebra (issue 31)
+    **{name: getattr(linalg, name) for name in ("vdot", "addmm", "addmv", "baddbmm", "kron")},
     "__and__": pointwise.bitwise_and, "__rand__": _rev(pointwise.bitwise_and),
     "__or__": pointwise.bitwise_or, "__ror__": _rev(pointwise.bitwise_or),
     "__xor__": pointwise.bitwise_xor, "__rxor__": _rev(pointwise.bitwise_xor),

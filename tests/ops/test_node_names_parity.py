@@ -82,6 +82,18 @@ CASES = {
     "dot": {"dot": (_both("dot"), [(4,), (4,)])},
     "mv": {"mv": (_both("mv"), [(3, 4), (4,)])},
     "outer": {"outer": (_both("outer"), [(3,), (4,)])},
+    # linear algebra (issue 31)
+    "vdot": {"vdot": (_both("vdot"), [(4,), (4,)])},
+    "addmm": {"addmm": (lambda i, a, b: i.addmm(a, b, beta=0.5), [(3,), (2, 4), (4, 3)])},
+    "addmv": {"addmv": (_both("addmv"), [(2,), (2, 4), (4,)])},
+    "baddbmm": {"baddbmm": (_both("baddbmm"), [(2, 3, 2), (2, 3, 4), (2, 4, 2)])},
+    "tensordot": {"tensordot": (_both("tensordot"), [(2, 3, 4), (3, 4, 2)]),
+                  "tensordot dim lists": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).tensordot(
+                      a, b, ([0], [1])), [(2, 3), (4, 2)])},
+    "kron": {"kron": (_both("kron"), [(2, 3), (3, 2)])},
+    "einsum": {"einsum mm": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).einsum("ij,jk->ik", a, b),
+                             [(2, 3), (3, 4)]),
+               "einsum trace": (lambda a: (tg if isinstance(a, tg.Tensor) else torch).einsum("ii", a), [(3, 3)])},
     "amax": {"amax": (lambda a: a.amax(1), [(2, 3)])},
     "sort": {"sort": (lambda a: a.sort(1)[0], [(2, 3)]), "sort stable": (lambda a: a.sort(stable=True)[0], [(2, 3)])},
     "amin": {"amin": (lambda a: a.amin(1), [(2, 3)])},
@@ -157,6 +169,9 @@ EXCEPTIONS = {
                      "NllLossBackward0 over LogSoftmaxBackward0",
     "conv2d": "composed of ops (an im2col view, matmul, a reshape: ViewBackward0 on top); torch has one "
               "ConvolutionBackward0",
+    "einsum mm": "one EinsumBackward0 (numpy's einsum); torch lowers to permutes, reshapes and bmm "
+                 "(ViewBackward0 on top)",
+    "einsum trace": "one EinsumBackward0; torch takes a diagonal view and sums it (SumBackward1 on top)",
 }
 
 

@@ -180,6 +180,23 @@ STRUCTURED = {
     "expand": (lambda x: x[:1].expand(4, 3), lambda x: x[:1].expand(4, 3), (ROWS,)),
     "reshape": (lambda x: x.T.reshape(-1), lambda x: x.T.reshape(-1), (ROWS,)),
     "where": (lambda x: tg.where(x > 0.5, x, x * x), lambda x: torch.where(x > 0.5, x, x * x), (ROWS,)),
+    # linear algebra (issue 31): beta=0 does not read input (its NaN stay out), alpha=0 the factors
+    "addmm": (lambda x, w: tg.addmm(x[:, :2], x, w) + tg.addmm(x[:, :2], x, w, beta=0, alpha=2.0),
+              lambda x, w: torch.addmm(x[:, :2], x, w) + torch.addmm(x[:, :2], x, w, beta=0, alpha=2.0), (ROWS, W)),
+    "addmm alpha=0": (lambda x, w: tg.addmm(x[:, :2], x, w, alpha=0),
+                      lambda x, w: torch.addmm(x[:, :2], x, w, alpha=0), (ROWS, W)),
+    "addmv": (lambda x, w: tg.addmv(x[:, 0], x, w[:, 0], beta=0) + tg.addmv(x[:, 1], x, w[:, 1], alpha=0.5),
+              lambda x, w: torch.addmv(x[:, 0], x, w[:, 0], beta=0) + torch.addmv(x[:, 1], x, w[:, 1], alpha=0.5),
+              (ROWS, W)),
+    "baddbmm": (lambda x, w: tg.baddbmm(x.reshape(2, 4, 3)[:, :, :2], x.reshape(2, 4, 3), w.expand(2, 3, 2), beta=0),
+                lambda x, w: torch.baddbmm(x.reshape(2, 4, 3)[:, :, :2], x.reshape(2, 4, 3), w.expand(2, 3, 2),
+                                           beta=0), (ROWS, W)),
+    "vdot kron tensordot": (lambda x, w: tg.vdot(x[:, 0], x[:, 2]) + tg.kron(x[:3], w).sum()
+                            + tg.tensordot(x, w, 1).sum(),
+                            lambda x, w: torch.vdot(x[:, 0], x[:, 2]) + torch.kron(x[:3], w).sum()
+                            + torch.tensordot(x, w, 1).sum(), (ROWS, W)),
+    "einsum": (lambda x, w: tg.einsum("ij,jk->ik", x, w) + tg.einsum("ij->i", x)[:, None],
+               lambda x, w: torch.einsum("ij,jk->ik", x, w) + torch.einsum("ij->i", x)[:, None], (ROWS, W)),
 }
 
 
@@ -251,7 +268,8 @@ def test_every_op_of_the_registry_is_checked_here():
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
                "remainder", "floor_divide", "cumsum", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp",
-               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer",
+               "vdot", "addmm", "addmv", "baddbmm", "tensordot", "kron", "einsum", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
