@@ -11,7 +11,7 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap, add_methods
 
-from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
+from . import activation, decomp, device, elementwise, index, linalg, nn, reduce, shape, stats
 from . import math as pointwise
 from ._core import binary_operands, normalize_dim
 
@@ -63,6 +63,8 @@ _METHODS: dict[str, Any] = {
     "bmm": linalg.bmm, "dot": linalg.dot, "mv": linalg.mv, "outer": linalg.outer,
     # linear algebra (issue 31)
     **{name: getattr(linalg, name) for name in ("vdot", "addmm", "addmv", "baddbmm", "kron")},
+    **{name: getattr(decomp, name) for name in ("det", "inverse", "slogdet", "logdet", "svd", "qr", "cholesky",
+                                                "pinverse")},
     "__and__": pointwise.bitwise_and, "__rand__": _rev(pointwise.bitwise_and),
     "__or__": pointwise.bitwise_or, "__ror__": _rev(pointwise.bitwise_or),
     "__xor__": pointwise.bitwise_xor, "__rxor__": _rev(pointwise.bitwise_xor),
@@ -148,3 +150,5 @@ def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
 
 add_methods(_METHODS)
 add_methods({"T": property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))})
+# linear algebra (issue 31): the batch of matrices transposed (mH: conjugated too; real dtypes here)
+add_methods({"mT": property(lambda self: decomp._mT(self)), "mH": property(lambda self: decomp._mT(self))})

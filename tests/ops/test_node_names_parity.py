@@ -31,6 +31,15 @@ def _f(tg_fn, torch_fn):
     return lambda *ts: (tg_fn if isinstance(ts[0], tg.Tensor) else torch_fn)(*ts)
 
 
+def _lib(t):
+    return tg if isinstance(t, tg.Tensor) else torch
+
+
+def _linalg(fn_name):
+    """A call to ``tg.linalg.fn_name`` or ``torch.linalg.fn_name``, by the first tensor's library."""
+    return lambda *ts: getattr(_lib(ts[0]).linalg, fn_name)(*ts)
+
+
 # op (a name of ops.REGISTRY) -> {case: (call, shapes of its float64 inputs)}
 CASES = {
     "abs": {"abs": (lambda a: a.abs(), [(3,)])},
@@ -94,6 +103,25 @@ CASES = {
     "einsum": {"einsum mm": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).einsum("ij,jk->ik", a, b),
                              [(2, 3), (3, 4)]),
                "einsum trace": (lambda a: (tg if isinstance(a, tg.Tensor) else torch).einsum("ii", a), [(3, 3)])},
+    "linalg_inv": {"linalg.inv": (_linalg("inv"), [(3, 3)]), "inverse": (_both("inverse"), [(3, 3)])},
+    "linalg_det": {"linalg.det": (_linalg("det"), [(2, 3, 3)]), "det": (_both("det"), [(3, 3)])},
+    "linalg_slogdet": {"linalg.slogdet": (lambda a: _lib(a).linalg.slogdet(a).logabsdet, [(3, 3)]),
+                       "logdet": (lambda a: _lib(a).logdet(a @ a.mT), [(3, 3)])},
+    "linalg_solve": {"linalg.solve": (_linalg("solve"), [(3, 3), (3,)])},
+    "linalg_cholesky": {"linalg.cholesky": (lambda a: _lib(a).linalg.cholesky(a @ a.mT), [(3, 5)]),
+                        "cholesky": (lambda a: _lib(a).cholesky(a @ a.mT), [(3, 5)])},
+    "linalg_qr": {"linalg.qr": (lambda a: _lib(a).linalg.qr(a).R, [(4, 3)])},
+    "linalg_eigh": {"linalg.eigh": (lambda a: _lib(a).linalg.eigh(a + a.mT).eigenvalues, [(3, 3)]),
+                    "linalg.eigvalsh": (lambda a: _lib(a).linalg.eigvalsh(a + a.mT), [(3, 3)])},
+    "linalg_svd": {"linalg.svd": (lambda a: _lib(a).linalg.svd(a).S, [(4, 3)]),
+                   "linalg.svdvals": (lambda a: _lib(a).linalg.svdvals(a), [(4, 3)]),
+                   "svd V": (lambda a: _lib(a).svd(a)[2], [(4, 3)])},
+    "linalg_pinv": {"linalg.pinv": (_linalg("pinv"), [(4, 3)]), "pinverse": (_both("pinverse"), [(4, 3)])},
+    "linalg_vector_norm": {"linalg.vector_norm": (_linalg("vector_norm"), [(2, 3)])},
+    "linalg_matrix_norm": {f"linalg.matrix_norm {o}": (lambda a, o=o: _lib(a).linalg.matrix_norm(a, o), [(2, 3, 3)])
+                           for o in ("fro", "nuc", 2, -2, 1, -1, float("inf"), -float("inf"))},
+    "linalg_norm": {"linalg.norm": (_linalg("norm"), [(2, 3)]),
+                    "linalg.norm nuc": (lambda a: _lib(a).linalg.norm(a, "nuc"), [(3, 3)])},
     "amax": {"amax": (lambda a: a.amax(1), [(2, 3)])},
     "sort": {"sort": (lambda a: a.sort(1)[0], [(2, 3)]), "sort stable": (lambda a: a.sort(stable=True)[0], [(2, 3)])},
     "amin": {"amin": (lambda a: a.amin(1), [(2, 3)])},
