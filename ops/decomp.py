@@ -720,11 +720,13 @@ TorchSVDResult = namedtuple("TorchSVDResult", ["U", "S", "V"])
 
 def svd(A: Tensor, some: bool = True, compute_uv: bool = True) -> TorchSVDResult:
     """``torch.svd``: ``(U, S, V)`` with ``V = Vh.mT`` (not ``Vh``), reduced unless
-    ``some=False``; ``compute_uv=False`` gives zero-filled ``U`` and ``V``, as torch's."""
+    ``some=False``; ``compute_uv=False`` gives zero-filled ``U`` and ``V`` of shapes ``(m, m)``
+    and ``(n, n)``, as torch's."""
     U, S, Vh = linalg_svd(A, full_matrices=not some)
-    if not compute_uv:
-        xp = A.device.xp
-        return TorchSVDResult(_wrap(xp.zeros_like(U._data), A.device), S, _wrap(xp.zeros_like(Vh._data), A.device))
+    if not compute_uv:  # zero-filled (m, m) and (n, n), whatever ``some`` says, as torch's
+        xp, (m, n) = A.device.xp, A.shape[-2:]
+        return TorchSVDResult(_wrap(xp.zeros(A.shape[:-2] + (m, m), dtype=A.dtype), A.device), S,
+                              _wrap(xp.zeros(A.shape[:-2] + (n, n), dtype=A.dtype), A.device))
     return TorchSVDResult(U, S, _mT(Vh))
 
 

@@ -50,10 +50,13 @@ def _parse_term(term: str, offset: int, what: str) -> list:
     while i < len(term):
         ch = term[i]
         if ch == ".":
-            if term[i:i + 3] != "...":
-                raise RuntimeError(f"einsum(): found '.' for {what} that is not part of any ellipsis")
+            out = what == "output"  # (torch words the output's two errors a little differently)
             if Ellipsis in labels:
-                raise RuntimeError(f"einsum(): found '.' for {what} for which an ellipsis was already found")
+                raise RuntimeError(f"einsum(): found '.' for output but an ellipsis (...) was already found" if out
+                                   else f"einsum(): found '.' for {what} for which an ellipsis was already found")
+            if term[i:i + 3] != "...":
+                raise RuntimeError(f"einsum(): found '.' for {what} that is not part of any ellipsis"
+                                   + (" (...)" if out else ""))
             labels.append(Ellipsis)
             i += 3
             continue
@@ -120,13 +123,14 @@ def einsum(*args: Any) -> Tensor:
     (5.0, [[7.0, 10.0], [15.0, 22.0]])
     """
     if not args:
-        raise TypeError("einsum(): must specify the equation string and at least one operand, or at least one "
-                        "operand and its subscripts list")
+        raise ValueError("einsum(): must specify the equation string and at least one operand, or at least one "
+                         "operand and its subscripts list")
     if isinstance(args[0], str):
         two = len(args) == 2 and isinstance(args[1], (list, tuple))
         operands = list(args[1]) if two else list(args[1:])  # einsum(eq, [a, b]) or einsum(eq, a, b)
         if not operands:
-            raise RuntimeError("einsum(): must provide at least one operand")
+            raise ValueError("einsum(): must specify the equation string and at least one operand, or at least one "
+                             "operand and its subscripts list")
         subs, out = _parse_equation(args[0], len(operands))
     else:
         operands, subs, out = _parse_sublists(args)
@@ -179,18 +183,19 @@ def _einsum_plain(operands: list, subs: list, out: list | None) -> Tensor:
     sizes: dict = {}
     for k, (op, sub) in enumerate(zip(operands, plain_subs)):
         mine: dict = {}
-        for l, n in zip(sub, op.shape):
+        where: dict = {}
+        for d, (l, n) in enumerate(zip(sub, op.shape)):
             if l in mine and mine[l] != n:
                 raise RuntimeError(f"einsum(): subscript {_char(l)} is repeated for operand {k} but the sizes don't "
                                    f"match, {n} != {mine[l]}")
-            mine[l] = n
+            mine[l], where[l] = n, d
         for l, n in mine.items():
             known = sizes.get(l, 1)
             if n != 1 and known != 1 and n != known:
-                if l >= _ELLIPSIS_BASE:
-                    raise RuntimeError(f"einsum(): operands do not broadcast with remapped shapes: dim of size {n} "
-                                       f"of operand {k} against size {known} (shapes "
-                                       f"{[list(o.shape) for o in operands]})")
+                if l >= _ELLIPSIS_BASE:  # torch's words, its missing space included
+                    raise RuntimeError(f"einsum(): dimension {where[l]} covered by ellipsis in operand {k}has size {n} "
+                                       f"which does not broadcast with previously seen ellipsis with size {known} "
+                                       f"for the respective dimension")
                 raise RuntimeError(f"einsum(): subscript {_char(l)} has size {n} for operand {k} which does not "
                                    f"broadcast with previously seen size {known}")
             sizes[l] = max(known, n)

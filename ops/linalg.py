@@ -340,17 +340,17 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
         if dims > a.ndim or dims > b.ndim:
             raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
-        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+        dims_a, dims_b = list(range(-dims, 0)), list(range(dims))  # (torch's messages name a's dims so)
     else:
         dims_a, dims_b = ([d] if isinstance(d, (int, numpy.integer)) else list(d) for d in dims)
         if len(dims_a) != len(dims_b):
             raise RuntimeError("both dimension lists should have same length")
-    dims_a = [normalize_dim(d, a.ndim, "tensordot") for d in dims_a]
-    dims_b = [normalize_dim(d, b.ndim, "tensordot") for d in dims_b]
     for da, db in zip(dims_a, dims_b):
         if a.shape[da] != b.shape[db]:
             raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[da]} in dim {da} "
                                f"and second has size {b.shape[db]} in dim {db}")
+    dims_a = [normalize_dim(d, a.ndim, "tensordot") for d in dims_a]
+    dims_b = [normalize_dim(d, b.ndim, "tensordot") for d in dims_b]
     free_a = [d for d in range(a.ndim) if d not in dims_a]
     free_b = [d for d in range(b.ndim) if d not in dims_b]
     size = int(numpy.prod([a.shape[d] for d in dims_a], dtype=numpy.int64))
