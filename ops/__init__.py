@@ -22,8 +22,9 @@ from .linalg import bmm, dot, matmul, mv, outer
 # linear algebra (issue 31): products, einsum
 from .linalg import addmm, addmv, baddbmm, kron, tensordot, vdot
 from .einsum import einsum
-from .decomp import (linalg_cholesky, linalg_det, linalg_eigh, linalg_inv, linalg_matrix_norm, linalg_norm,
-                     linalg_pinv, linalg_qr, linalg_slogdet, linalg_solve, linalg_svd, linalg_vector_norm)
+from .decomp import (linalg_cholesky, linalg_det, linalg_eigh, linalg_inv, linalg_pinv, linalg_qr, linalg_slogdet,
+                     linalg_solve, linalg_svd)
+from .matrix_norms import linalg_matrix_norm, linalg_norm, linalg_vector_norm
 from .decomp import cholesky, det, inverse, logdet, pinverse, qr, slogdet, svd
 from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,

@@ -20,6 +20,7 @@ distinct eigen/singular values (torch's formulas divide by their differences).
 from __future__ import annotations
 
 import math
+import warnings
 from collections import namedtuple
 from typing import Any
 
@@ -27,15 +28,12 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, const, fit, normalize_dims, record, register, tls
+from ._core import Node, check_tensor, const, device_error, fit, record, register, tls
 from .einsum import einsum
 from .elementwise import add, div, mul, neg, sub, where
 from .index import getitem
 from .linalg import matmul
-from .math import amax, amin
-from .reduce import sum as _sum
-from .shape import cat, permute, reshape, transpose, unsqueeze
-from .stats import _vector_norm
+from .shape import cat, reshape, transpose, unsqueeze
 
 
 class LinAlgError(RuntimeError):
@@ -264,8 +262,6 @@ def linalg_solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
     _matrices(A, "linalg.solve")
     check_tensor(B, "linalg.solve", "B")
     if A.device is not B.device:
-        from ._core import device_error
-
         raise device_error("linalg.solve", A, B)
     xp = A.device.xp
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
@@ -600,96 +596,6 @@ def linalg_pinv(A: Tensor, *, atol: Any = None, rtol: Any = None, hermitian: boo
     return out
 
 
-# --- norms ----------------------------------------------------------------------------------------
-
-@register
-def linalg_vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                       dtype: Any = None) -> Tensor:
-    """The vector ``ord``-norm over ``dim`` (None: every element), as
-    ``torch.linalg.vector_norm``: ``ord`` any number, ``inf``, ``-inf`` or 0. One node,
-    ``LinalgVectorNormBackward0`` (ops.norm's)."""
-    check_tensor(x, "linalg.vector_norm")
-    if isinstance(ord, (str, bool)) or not isinstance(ord, (int, float, numpy.number)):
-        raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not "
-                        f"{type(ord).__name__}")
-    if dtype is not None:
-        from .device import to
-
-        x = to(x, None, dtype)
-    if x.dtype.kind != "f":
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-                           f"{_TORCH_DTYPE_NAMES.get(x.dtype.name, x.dtype.name)}")
-    dims = normalize_dims(dim, x.ndim, "linalg.vector_norm") if dim is not None else ()
-    return _vector_norm(x, float(ord), dims, keepdim)
-
-
-def _svdvals(A: Tensor) -> Tensor:
-    return linalg_svd(A, full_matrices=False).S
-
-
-@register
-def linalg_matrix_norm(A: Tensor, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002
-                       dtype: Any = None) -> Tensor:
-    """The matrix norm over the two dims ``dim``, as ``torch.linalg.matrix_norm``: ``"fro"``,
-    ``"nuc"`` (sum of singular values), 2 / -2 (largest / smallest singular value), 1 / -1
-    (largest / smallest column sum of absolute values), ``inf`` / ``-inf`` (rows). torch's
-    graph: ``fro`` a vector norm, ``nuc`` a sum over ``svd``, the others an amax/amin."""
-    check_tensor(A, "linalg.matrix_norm")
-    if A.ndim < 2:
-        raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
-    if dtype is not None:
-        from .device import to
-
-        A = to(A, None, dtype)
-    _matrices(A, "linalg.matrix_norm", square=False)
-    dims = tuple(dim) if not isinstance(dim, int) else (dim,)
-    if len(dims) != 2:
-        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dims))}")
-    d0, d1 = (normalize_dims(d, A.ndim, "linalg.matrix_norm")[0] for d in dims)
-    if d0 == d1:
-        raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dims[0]}, {dims[1]})")
-    if ord == "fro":
-        return _vector_norm(A, 2.0, tuple(sorted((d0, d1))), keepdim)
-    if ord == "nuc" or ord in (2, -2):
-        perm = [d for d in range(A.ndim) if d not in (d0, d1)] + [d0, d1]
-        s = _svdvals(permute(A, perm))
-        r = _sum(s, -1) if ord == "nuc" else (amax(s, -1) if ord == 2 else amin(s, -1))
-        if keepdim:  # as torch: two trailing 1s, then the dims put back (PermuteBackward0 on top)
-            r = permute(unsqueeze(unsqueeze(r, -1), -1), [perm.index(d) for d in range(A.ndim)])
-        return r
-    if ord in (1, -1, math.inf, -math.inf):
-        if ord in (math.inf, -math.inf):
-            d0, d1 = d1, d0
-        sums = _vector_norm(A, 1.0, (d0,), keepdim)  # the sum of |a| along d0: per column for ord 1
-        if not keepdim and d0 < d1:
-            d1 -= 1
-        return amax(sums, d1, keepdim) if ord > 0 else amin(sums, d1, keepdim)
-    raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
-
-
-@register
-def linalg_norm(A: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                dtype: Any = None) -> Tensor:
-    """A vector or a matrix norm, as ``torch.linalg.norm``: with ``dim`` an int (or one dim),
-    the vector norm (``ord`` default 2); with two dims, the matrix norm (``ord`` default
-    ``"fro"``); without ``dim``, every element's 2-norm when ``ord`` is None, else ``A`` must
-    be 1-D (vector norm) or 2-D (matrix norm)."""
-    check_tensor(A, "linalg.norm")
-    if dim is not None:
-        dims = (dim,) if isinstance(dim, int) else tuple(dim)
-        if len(dims) == 1:
-            return linalg_vector_norm(A, 2 if ord is None else ord, dims, keepdim, dtype=dtype)
-        return linalg_matrix_norm(A, "fro" if ord is None else ord, dims, keepdim, dtype=dtype)
-    if ord is None:
-        return linalg_vector_norm(A, 2, None, keepdim, dtype=dtype)
-    if A.ndim not in (1, 2):
-        raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
-                           f"Got {A.ndim}D.")
-    if A.ndim == 1:
-        return linalg_vector_norm(A, ord, None, keepdim, dtype=dtype)
-    return linalg_matrix_norm(A, ord, (-2, -1), keepdim, dtype=dtype)
-
-
 # --- torch's top-level spellings (not in REGISTRY: compositions of the ops above) --------------
 
 def det(A: Tensor) -> Tensor:
@@ -731,13 +637,23 @@ def svd(A: Tensor, some: bool = True, compute_uv: bool = True) -> TorchSVDResult
 
 
 def qr(A: Tensor, some: bool = True) -> QRResult:
-    """``torch.qr``: :func:`linalg_qr` with mode ``"reduced"`` (``some=True``) or ``"complete"``."""
+    """``torch.qr`` (deprecated in torch, with its warning): :func:`linalg_qr` with mode
+    ``"reduced"`` (``some=True``) or ``"complete"``."""
+    warnings.warn("torch.qr is deprecated in favor of torch.linalg.qr and will be removed in a future PyTorch "
+                  "release.\nThe boolean parameter 'some' has been replaced with a string parameter 'mode'.\n"
+                  "Q, R = torch.qr(A, some)\nshould be replaced with\n"
+                  "Q, R = torch.linalg.qr(A, 'reduced' if some else 'complete')", UserWarning, stacklevel=2)
     return linalg_qr(A, "reduced" if some else "complete")
 
 
 def cholesky(A: Tensor, upper: bool = False) -> Tensor:
-    """``torch.cholesky`` (deprecated in torch): the factor, recording torch's
+    """``torch.cholesky`` (deprecated in torch, with its warning): the factor, recording torch's
     ``CholeskyBackward0``."""
+    warnings.warn("torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a future "
+                  "PyTorch release.\nL = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)\n"
+                  "and\nU = torch.cholesky(A, upper=True)\nshould be replaced with\n"
+                  "U = torch.linalg.cholesky(A).mH\nThis transform will produce equivalent results for all valid "
+                  "(symmetric positive definite) inputs.", UserWarning, stacklevel=2)
     return _cholesky(A, upper, "linalg.cholesky", CholeskyBackward0)
 
 

@@ -31,7 +31,7 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 
-from ._core import Node, check_tensor, const, fit, record, register, tls
+from ._core import Node, check_tensor, const, device_error, fit, record, register, tls
 from .shape import reshape
 
 # Labels: 'A'-'Z' are 0-25 and 'a'-'z' 26-51 (torch's order, which sorts the implicit output);
@@ -138,8 +138,6 @@ def einsum(*args: Any) -> Tensor:
     dev = operands[0].device
     for op in operands[1:]:
         if op.device is not dev:
-            from ._core import device_error
-
             raise device_error("einsum", operands[0], op)
     return _einsum_plain(operands, subs, out)
 

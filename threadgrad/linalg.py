@@ -1,7 +1,7 @@
 """``tg.linalg``: torch.linalg's functions, with its names and signatures.
 
 Each is an op of ``threadgrad.ops`` registered under torch's ATen name (``tg.linalg.inv`` is
-``ops.linalg_inv``); ``ops/decomp.py`` holds their forward and backward.
+``ops.linalg_inv``); ``ops/decomp.py`` and ``ops/matrix_norms.py`` hold their forward and backward.
 
 >>> import threadgrad as tg
 >>> A = tg.tensor([[4.0, 2.0], [2.0, 3.0]], requires_grad=True)
@@ -16,14 +16,14 @@ from .ops.decomp import linalg_cholesky as cholesky
 from .ops.decomp import linalg_det as det
 from .ops.decomp import linalg_eigh as eigh
 from .ops.decomp import linalg_inv as inv
-from .ops.decomp import linalg_matrix_norm as matrix_norm
-from .ops.decomp import linalg_norm as norm
+from .ops.matrix_norms import linalg_matrix_norm as matrix_norm
+from .ops.matrix_norms import linalg_norm as norm
 from .ops.decomp import linalg_pinv as pinv
 from .ops.decomp import linalg_qr as qr
 from .ops.decomp import linalg_slogdet as slogdet
 from .ops.decomp import linalg_solve as solve
 from .ops.decomp import linalg_svd as svd
-from .ops.decomp import linalg_vector_norm as vector_norm
+from .ops.matrix_norms import linalg_vector_norm as vector_norm
 from .ops.linalg import matmul, vdot
 from .engine.tensor import Tensor
 

@@ -279,6 +279,9 @@ def test_top_level_spellings():
         _both(lambda lib, m: lib.qr(m, some=False)[0] ** 2, _arr(4, 3), grad=False)
         out = _both(lambda lib, m: lib.cholesky(m, upper=True) + m.cholesky(), s)
         assert out.grad_fn.next_functions[0][0].name() == "CholeskyBackward0"
+    for fn, words in ((tg.cholesky, "torch.cholesky is deprecated"), (tg.qr, "torch.qr is deprecated")):
+        with pytest.warns(UserWarning, match=words):  # torch's deprecation warnings, as torch gives them
+            fn(tg.tensor(s))
 
 
 def test_det_at_singular_matrices_is_torchs():
