@@ -150,5 +150,16 @@ def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
 
 add_methods(_METHODS)
 add_methods({"T": property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))})
-# linear algebra (issue 31): the batch of matrices transposed (mH: conjugated too; real dtypes here)
-add_methods({"mT": property(lambda self: decomp._mT(self)), "mH": property(lambda self: decomp._mT(self))})
+
+
+# linear algebra (issue 31): a batch of matrices transposed (mH conjugates too: the same on real dtypes)
+def _matrices_transposed(attr: str) -> property:
+    def get(self: Tensor) -> Tensor:
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.{attr} is only supported on matrices or batches of matrices. Got "
+                               f"{self.ndim}-D tensor.")
+        return shape.transpose(self, -1, -2)
+    return property(get)
+
+
+add_methods({"mT": _matrices_transposed("mT"), "mH": _matrices_transposed("mH")})

@@ -80,7 +80,6 @@ from ._front import (as_tensor, chunk, contiguous, device, eq, from_numpy, ge, g
 from .serialization import load, save  # noqa: E402
 from ._generator import Generator  # noqa: E402
 from . import accelerator, autograd, cuda, nn, optim, utils  # noqa: E402
-from . import linalg  # noqa: E402 - torch.linalg's functions (issue 31)
 from . import profiler, viz  # noqa: E402 - tools over the engine (their plotting libraries load on use)
 from . import distributed  # noqa: E402 - data parallel over MPI (mpi4py loads at init_process_group)
 from .utils import checkpoint as _utils_checkpoint  # noqa: E402,F401 - makes tg.utils.checkpoint an attribute
@@ -100,7 +99,7 @@ complex128 = _np.complex128
 
 clip = clamp  # noqa: F405 - torch's alias
 
-__all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "linalg", "nn", "optim", "utils",
+__all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
             "Tensor", "Function", "Device", "device", "Generator", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
             "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "rand_like", "randn_like",
             "randint", "randperm", "arange", "linspace", "mm", "tril", "triu", "masked_fill", "multinomial", "contiguous", "set_default_device", "topk", "eq", "ne", "lt", "le", "gt", "ge", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
@@ -110,3 +109,7 @@ __all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "o
            + [n for n in _op_names if n not in ("REGISTRY", "register")])
 # ``from threadgrad import *`` must not shadow Python's own float, int, bool, sum, max, abs ...
 __all__ = [n for n in __all__ if not hasattr(_builtins, n)]
+
+# linear algebra (issue 31): torch.linalg's functions, as tg.linalg
+from . import linalg  # noqa: E402
+__all__.append("linalg")

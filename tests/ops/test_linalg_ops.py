@@ -303,3 +303,5 @@ def test_mT_and_mH():
     a = tg.tensor(_arr(2, 3, 4))
     assert a.mT.shape == (2, 4, 3) and a.mH.shape == (2, 4, 3)
     np.testing.assert_array_equal(a.mT.numpy(), np.swapaxes(a.numpy(), -1, -2))
+    _raises_as_torch(lambda lib: lib.zeros(3).mT)
+    _raises_as_torch(lambda lib: lib.zeros(3).mH)
