@@ -61,10 +61,12 @@ def _eye_like(x: Tensor) -> Tensor:
 
 
 def _tri(x: Tensor, k: int, lower: bool) -> Tensor:
-    """``tril(x, k)`` (lower) or ``triu(x, k)``, as a product with a constant mask."""
+    """``tril(x, k)`` (lower) or ``triu(x, k)``: a selection (``where``), not a product with a
+    mask, which would turn an infinity outside the triangle into NaN."""
     xp = x.device.xp
-    ones = xp.ones(x.shape[-2:], dtype=x.dtype)
-    return mul(x, const(xp.tril(ones, k) if lower else xp.triu(ones, k), x))
+    ones = xp.ones(x.shape[-2:], dtype=bool)
+    return where(const(xp.tril(ones, k) if lower else xp.triu(ones, k), x), x,
+                 const(xp.zeros((), dtype=x.dtype), x))
 
 
 def _unsq2(x: Tensor) -> Tensor:
@@ -93,7 +95,7 @@ def _matrices(A: Any, name: str, square: bool = True, arg: str = "A") -> Tensor:
 def _first_zero_pivot(a: numpy.ndarray) -> int:
     """The 1-based index of LAPACK getrf's first zero pivot in ``a`` (partial pivoting), 0 if none:
     the number torch's "The diagonal element k is zero" message names."""
-    u = numpy.array(a, dtype=numpy.float64)
+    u = numpy.array(a)  # (a copy, in a's dtype: the zero LAPACK met is one in that precision)
     n = u.shape[0]
     first = 0
     for k in range(n):
