@@ -19,6 +19,13 @@ from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, min
                           sub, tanh, where)
 from .index import gather, getitem, index_put
 from .linalg import bmm, dot, matmul, mv, outer
+# linear algebra (issue 31): products, einsum
+from .linalg import addmm, addmv, baddbmm, kron, tensordot, vdot
+from .einsum import einsum
+from .decomp import (linalg_cholesky, linalg_det, linalg_eigh, linalg_inv, linalg_pinv, linalg_qr, linalg_slogdet,
+                     linalg_solve, linalg_svd)
+from .matrix_norms import linalg_matrix_norm, linalg_norm, linalg_vector_norm
+from .decomp import cholesky, det, inverse, logdet, pinverse, qr, slogdet, svd
 from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
                    exp2, fmod, hypot, lerp, expm1, floor, floor_divide, frac, isfinite, isinf,
@@ -43,3 +50,6 @@ __all__ = sorted(REGISTRY) + ["unique", "histc", "bincount"] + ["argmax", "argmi
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]
+# linear algebra (issue 31): torch's top-level spellings; the linalg_* ops are tg.linalg's (threadgrad/linalg.py)
+__all__ = [n for n in __all__ if not n.startswith("linalg_")] + ["cholesky", "det", "inverse", "logdet", "pinverse",
+                                                                 "qr", "slogdet", "svd"]

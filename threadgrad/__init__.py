@@ -109,3 +109,7 @@ __all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "o
            + [n for n in _op_names if n not in ("REGISTRY", "register")])
 # ``from threadgrad import *`` must not shadow Python's own float, int, bool, sum, max, abs ...
 __all__ = [n for n in __all__ if not hasattr(_builtins, n)]
+
+# linear algebra (issue 31): torch.linalg's functions, as tg.linalg
+from . import linalg  # noqa: E402
+__all__.append("linalg")
