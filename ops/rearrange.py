@@ -55,8 +55,7 @@ def flip(input: Tensor, dims: Any) -> Tensor:  # noqa: A002 - torch's names
     given = _dims_arg(dims)
     ds = tuple(normalize_dim(d, x.ndim, "flip") for d in given)
     if len(set(ds)) != len(ds):
-        raise RuntimeError(f"dims has duplicates, original flip dims size={len(ds)}, but unique flip dims "
-                           f"size={len(set(ds))}")
+        raise RuntimeError(f"dim {next(d for d in ds if ds.count(d) > 1)} appears multiple times in the list of dims")
     xp = x.device.xp
     data = xp.array(xp.flip(x._data, ds) if ds and x.ndim else x._data, copy=True)
     out = _wrap(data, x.device)
@@ -617,7 +616,7 @@ def meshgrid(*tensors: Tensor, indexing: str | None = None) -> tuple:
         if t.ndim > 1:
             raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t.ndim}D")
         if t.dtype != ts[0].dtype:
-            raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have the same dtype")
+            raise RuntimeError("meshgrid expects all tensors to have the same dtype")
     sizes = [t._data.size for t in ts]
     place = list(range(len(ts)))
     if indexing == "xy" and len(ts) >= 2:

@@ -16,6 +16,7 @@ writes the result's values into ``self``. See Note [Op definitions] in _core.py.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy
@@ -32,33 +33,39 @@ from .shape import expand, reshape
 
 # --- operand checks ---------------------------------------------------------------------------
 
-def _index(index: Any, x: Tensor, name: str, vector: bool = False) -> Any:
-    """``index`` as an int64/int32 array on ``x``'s device (a Tensor there, as torch wants);
-    ``vector``: at most 1-D (index_add and its kin)."""
+def _index(index: Any, x: Tensor, name: str, long_only: str | None = None) -> Any:
+    """``index`` as an array on ``x``'s device (a Tensor there, as torch wants), of an integer
+    dtype: int32 or int64, or with ``long_only`` int64 alone (that message, as torch's)."""
     if not isinstance(index, Tensor):
         raise TypeError(f"{name}(): argument 'index' must be Tensor, not {type(index).__name__}")
     if index.device is not x.device:
         raise device_error(name, x, index)
     data = index._data
-    if vector:
-        if data.ndim > 1:
-            raise IndexError(f"{name}(): Index is supposed to be a vector")
-        if data.dtype.kind not in "iu" or data.dtype == numpy.uint8:
-            raise IndexError(f"{name}(): Expected dtype int32/int64 for index")
-    elif data.dtype != numpy.int64:
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+    if long_only is not None and data.dtype != numpy.int64:
+        raise RuntimeError(long_only)
+    if data.dtype.kind not in "iu" or data.dtype.itemsize < 4:
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
     return data
 
 
-def _bounds(idx: Any, size: int, d: int, name: str) -> None:
+def _vector(idx: Any, error: Exception) -> Any:
+    """An index of index_add and its kin: 0-d or 1-D."""
+    if idx.ndim > 1:
+        raise error
+    return idx
+
+
+def _bounds(idx: Any, size: int, d: int, name: str, error: type = RuntimeError) -> None:
+    """Every index within ``[-size, size)`` (torch's words; RuntimeError or, where torch says so,
+    IndexError)."""
     if idx.size and (int(idx.max()) >= size or int(idx.min()) < -size):
         bad = int(idx.max()) if int(idx.max()) >= size else int(idx.min())
-        raise IndexError(f"{name}(): index {bad} is out of bounds for dimension {d} with size {size}")
+        raise error(f"{name}index {bad} is out of bounds for dimension {d} with size {size}")
 
 
 def _same_dtype(x: Tensor, src: Tensor, name: str) -> None:
     if src.dtype != x.dtype:
-        raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype (got {x.dtype} and {src.dtype})")
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype (got {x.dtype} and {src.dtype})")
 
 
 def _value(value: Any, x: Tensor, name: str) -> Tensor:
@@ -179,6 +186,8 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:  # noqa: A002
     [1.0, 3.0]
     """
     x = check_tensor(input, "masked_select")
+    if isinstance(mask, Tensor) and mask.dtype is not BOOL and mask._data.dtype is not BOOL:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     mask = _mask(mask, x, "masked_select")
     shape = _broadcast_shape(x.shape, mask.shape, "masked_select")
     xp = x.device.xp
@@ -223,14 +232,14 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # no
     if src.device is not x.device:
         raise device_error("masked_scatter", x, src)
     if src.dtype != x.dtype:
-        raise RuntimeError(f"masked_scatter_: expected self and source to have same dtypes but got {x.dtype} and "
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got {x.dtype} and "
                            f"{src.dtype}")
     shape = _broadcast_shape(x.shape, mask.shape, "masked_scatter")
     xp = x.device.xp
     m = broadcast_array(mask._data, shape, xp)
     n = int(m.sum())
     if n > src._data.size:
-        raise RuntimeError("masked_scatter: Number of elements of source < number of ones in mask")
+        raise RuntimeError("Number of elements of source < number of ones in mask")
     data = xp.array(broadcast_array(x._data, shape, xp))
     data[m] = src._data.reshape(-1)[:n]
     out = _wrap(data, x.device)
@@ -250,12 +259,24 @@ def _index_source(x: Tensor, d: int, idx: Any, source: Any, name: str) -> Tensor
     if src.device is not x.device:
         raise device_error(name, x, src)
     if src.dtype != x.dtype:
-        raise RuntimeError(f"{name}(): self ({x.dtype}) and source ({src.dtype}) must have the same scalar type")
+        raise RuntimeError(f"index_add_(): self ({x.dtype}) and source ({src.dtype}) must have the same scalar type"
+                           if name == "index_add" else f"index_copy_(): self and source expected to have the same "
+                           f"dtype, but got (self) {x.dtype} and (source) {src.dtype}")
     n = idx.size
-    want = x.shape[:d] + (n,) + x.shape[d + 1:] if x.ndim else ()
-    if src.shape != want and not (x.ndim == 0 and src._data.size == n == 1):
-        raise RuntimeError(f"{name}(): source tensor shape must match self tensor shape, excluding the specified "
-                           f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(src.shape)}")
+    if x.ndim == 0 or src.ndim == 0:
+        if src._data.size != 1 or n != 1 or x.ndim > 1:
+            raise RuntimeError(f"{name}_(): source tensor shape must match self tensor shape, excluding the "
+                               f"specified dimension. Got self.shape = {list(x.shape)} source.shape = "
+                               f"{list(src.shape)}")
+        return src
+    if src.shape[d] != n if src.ndim > d else True:
+        raise (RuntimeError if name == "index_add" else IndexError)(
+            f"{name}_(): Number of indices ({n}) should be equal to source.size(dim)"
+            + (f": ({src.shape[d] if src.ndim > d else 1}), for dim: {d}" if name == "index_add"
+               else f" ({src.shape[d] if src.ndim > d else 1})"))
+    if src.shape[:d] + src.shape[d + 1:] != x.shape[:d] + x.shape[d + 1:]:
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(x.shape)} source.shape = {list(src.shape)}")
     return src
 
 
@@ -286,10 +307,10 @@ def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: 
     [3.0, 0.0, 3.0]
     """
     x = check_tensor(input, "index_add")
-    idx = _index(index, x, "index_add", vector=True)
+    idx = _vector(_index(index, x, "index_add"), IndexError("index_add_(): Index is supposed to be a vector"))
     d = normalize_dim(dim, x.ndim, "index_add")
     src = _index_source(x, d, idx, source, "index_add")
-    _bounds(idx, x.shape[d] if x.ndim else 1, d, "index_add")
+    _bounds(idx, x.shape[d] if x.ndim else 1, d, "")
     data = x._data.copy()
     add = src._data if alpha == 1 else src._data * alpha
     x.device.xp.add.at(data, _along(x, d, idx), cast(add, x.dtype).reshape(data[_along(x, d, idx)].shape))
@@ -323,10 +344,11 @@ def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor
     [2.0, 0.0, 1.0]
     """
     x = check_tensor(input, "index_copy")
-    idx = _index(index, x, "index_copy", vector=True)
+    idx = _index(index, x, "index_copy", f"index_copy_(): Expected a long tensor for index, but got {index.dtype}")
+    idx = _vector(idx, IndexError("index_copy_(): Index should have dimension 1 or 0"))
     d = normalize_dim(dim, x.ndim, "index_copy")
     src = _index_source(x, d, idx, source, "index_copy")
-    _bounds(idx, x.shape[d] if x.ndim else 1, d, "index_copy")
+    _bounds(idx, x.shape[d] if x.ndim else 1, d, "index_copy_(): ", IndexError)
     data = x._data.copy()
     where_ = _along(x, d, idx)
     data[where_] = src._data.reshape(data[where_].shape)
@@ -375,10 +397,12 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:  #
     [[0.0, 5.0], [0.0, 5.0]]
     """
     x = check_tensor(input, "index_fill")
-    idx = _index(index, x, "index_fill", vector=True)
+    if isinstance(index, Tensor) and index.dtype != numpy.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    idx = _vector(_index(index, x, "index_fill"), RuntimeError("Index has to be a vector/scalar"))
     d = normalize_dim(dim, x.ndim, "index_fill")
     v = _value(value, x, "index_fill_")
-    _bounds(idx, x.shape[d] if x.ndim else 1, d, "index_fill")
+    _bounds(idx, x.shape[d] if x.ndim else 1, d, "", IndexError)
     data = x._data.copy()
     data[_along(x, d, idx)] = cast(v._data, x.dtype)
     out = _wrap(data, x.device)
@@ -415,10 +439,10 @@ def _scatter_operands(x: Tensor, dim: int, index: Any, src: Tensor | None, name:
         raise RuntimeError(f"{name}(): Index tensor must have the same number of dimensions as src tensor")
     for k in range(idx.ndim):
         if (k != d and idx.shape[k] > x.shape[k]) or (src is not None and idx.shape[k] > src.shape[k]):
-            raise RuntimeError(f"{name}(): Expected index {list(idx.shape)} to be smaller than self {list(x.shape)} "
-                               f"apart from dimension {d}" + (f" and to be smaller size than src {list(src.shape)}"
-                                                              if src is not None else ""))
-    _bounds(idx, x.shape[d], d, name)
+            raise RuntimeError(f"Expected index {list(idx.shape)} to be no larger than self {list(x.shape)} apart "
+                               f"from dimension {d}" + (f" and to be no larger size than src {list(src.shape)}"
+                                                        if src is not None else ""))
+    _bounds(idx, x.shape[d], d, "")
     positions = along_dim_index(idx, d, x.device.xp)
     block = src._data[tuple(slice(0, n) for n in idx.shape)] if src is not None else None
     return d, idx, positions, block
@@ -506,8 +530,12 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, *, value: A
     if x.ndim == 0:
         return reshape(scatter(_flat(x), dim, _flat(index), _flat(src), value=value, reduce=reduce), ())
     if reduce is not None and reduce not in ("add", "multiply"):
-        raise RuntimeError(f"reduce argument must be either add or multiply., got {reduce}")
+        raise RuntimeError("reduce argument must be either add or multiply.")
     tensor_src = isinstance(src, Tensor)
+    if reduce is not None and tensor_src:
+        warnings.warn("The reduce argument of torch.scatter with Tensor src is deprecated and will be removed in a "
+                      "future PyTorch release. Use torch.scatter_reduce instead for more reduction options.",
+                      UserWarning, stacklevel=2)
     s = check_tensor(src, "scatter", "src") if tensor_src else _value(src if src is not None else value, x,
                                                                            "scatter")
     d, idx, positions, block = _scatter_operands(x, dim, index, s if tensor_src else None, "scatter")
@@ -660,6 +688,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     """
     x = check_tensor(input, "scatter_reduce")
     s = check_tensor(src, "scatter_reduce", "src")
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)  # torch's older names, still taken
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
     if x.ndim == 0:
@@ -703,11 +732,11 @@ def take(input: Tensor, index: Tensor) -> Tensor:  # noqa: A002
     [4.0, 1.0]
     """
     x = check_tensor(input, "take")
-    idx = _index(index, x, "take")
+    idx = _index(index, x, "take", f"take(): Expected a long tensor for index, but got {getattr(index, 'dtype', '')}")
     n = x._data.size
     if idx.size and (int(idx.max()) >= n or int(idx.min()) < -n):
         bad = int(idx.max()) if int(idx.max()) >= n else int(idx.min())
-        raise IndexError(f"take(): out of range: tried to access index {bad} on a tensor of {n} elements.")
+        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {n} elements.")
     out = _wrap(x._data.reshape(-1)[idx], x.device)
     if tls.grad_enabled and x._rg:
         node = TakeBackward0()

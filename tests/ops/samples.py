@@ -441,3 +441,8 @@ SAMPLES: dict[str, Callable[[], list]] = {
                desc="sum, constant target"),
     ],
 }
+
+# The indexing and shape ops of issue 31, item 4 (ops/scatter.py, ops/rearrange.py)
+from samples_index import INDEX_SAMPLES  # noqa: E402 - needs the helpers above
+
+SAMPLES.update(INDEX_SAMPLES)
