@@ -436,3 +436,35 @@ def _unflatten(self: Tensor, dim: int, sizes: Any) -> Tensor:
 
 
 _bind_methods()
+
+
+# --- torch's functional spellings of Tensor methods (issue 31, item 4) -----------------------
+
+def t(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.t()``: a matrix's transpose (vectors and scalars as they are), as ``torch.t``."""
+    return input.t()
+
+
+def unflatten(input: Tensor, dim: int, sizes: Any) -> Tensor:  # noqa: A002
+    """``input.unflatten(dim, sizes)``: ``dim`` split into ``sizes`` (one may be -1), as ``torch.unflatten``."""
+    return _unflatten(input, dim, sizes)
+
+
+def detach(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.detach()``, as ``torch.detach``."""
+    return input.detach()
+
+
+def detach_(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.detach_()``, as ``torch.detach_``."""
+    return input.detach_()
+
+
+def fill_(input: Tensor, value: Any) -> Tensor:  # noqa: A002
+    """``input.fill_(value)``, as ``torch.fill_``."""
+    return input.fill_(value)
+
+
+def zero_(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.zero_()``, as ``torch.zero_``."""
+    return input.zero_()

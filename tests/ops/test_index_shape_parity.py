@@ -372,8 +372,12 @@ def test_functional_forms_and_methods_exist_as_in_torch():
              "movedim", "moveaxis", "swapaxes", "swapdims", "diag", "diagonal", "diag_embed", "trace",
              "broadcast_to"]
     x = tg.zeros(2)
-    for name in names + ["broadcast_tensors", "meshgrid", "cartesian_prod", "block_diag"]:
+    for name in names + ["broadcast_tensors", "meshgrid", "cartesian_prod", "block_diag", "t", "unflatten", "narrow",
+                         "detach", "fill_", "zero_"]:
         assert hasattr(tg, name) and hasattr(torch, name), name
     for name in names + ["index_add_", "index_copy_", "index_fill_", "masked_fill_", "masked_scatter_", "scatter_",
                          "scatter_add_", "scatter_reduce_"]:
         assert hasattr(x, name) and hasattr(torch.zeros(2), name), name
+    a = np.arange(6.0).reshape(2, 3)
+    assert tg.t(tg.tensor(a)).tolist() == torch.t(torch.tensor(a)).tolist()
+    assert tg.unflatten(tg.tensor(a), 1, (3, 1)).shape == tuple(torch.unflatten(torch.tensor(a), 1, (3, 1)).shape)
