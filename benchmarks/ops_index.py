@@ -14,7 +14,7 @@ loss; backward: ``loss.backward()``), the libraries interleaved sample by sample
 phase of the machine hits both; ``ours/torch`` is the median of the per-sample ratios. torch
 runs with ``torch.set_num_threads(1)``. The masks, indices and sources are made once, outside
 the timed calls. Printed and written to ``results/ops_index.md``; without torch, threadgrad's
-column alone. (The layout of the single-op rows issue 31 asks for elsewhere, so these can join them.)
+column alone.
 """
 from __future__ import annotations
 
