@@ -499,17 +499,27 @@ class ScatterReduceNotImplemented(Node):
                            "scatter_reduce, which has one")
 
 
+_UFUNCS = {"add": "add", "sum": "add", "mean": "add", "multiply": "multiply", "prod": "multiply",
+           "amax": "maximum", "amin": "minimum"}
+
+
 def _write(data: Any, positions: Any, values: Any, how: str, xp: Any) -> None:
+    """``data[positions] = values``, or combined by ``how`` with a ufunc's ``at`` (repeated
+    places combine in order). An array module whose ufunc lacks ``at`` (cupy has it for add,
+    maximum and minimum, not multiply) combines on the host: slower, the same values."""
     if how == "set":
         data[positions] = values
-    elif how in ("add", "sum", "mean"):
-        xp.add.at(data, positions, values)
-    elif how in ("multiply", "prod"):
-        xp.multiply.at(data, positions, values)
-    elif how == "amax":
-        xp.maximum.at(data, positions, values)
-    else:
-        xp.minimum.at(data, positions, values)
+        return
+    ufunc = getattr(xp, _UFUNCS[how])
+    try:
+        ufunc.at(data, positions, values)
+    except (AttributeError, NotImplementedError, TypeError):
+        if xp is numpy:
+            raise
+        host = xp.asnumpy(data)
+        getattr(numpy, _UFUNCS[how]).at(host, tuple(xp.asnumpy(p) if hasattr(p, "shape") else p for p in positions),
+                                        xp.asnumpy(values))
+        data[...] = xp.asarray(host)
 
 
 @register
