@@ -512,7 +512,7 @@ def tensor_split(input: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple
     """
     x = check_tensor(input, "tensor_split")
     if x.ndim == 0:
-        raise RuntimeError(f"tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
+        raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
     d = normalize_dim(dim, x.ndim, "tensor_split")
     size = x.shape[d]
     spec = indices_or_sections

@@ -22,10 +22,10 @@ from typing import Any
 import numpy
 
 from ..engine.tensor import Tensor, _wrap
-from ._core import (BOOL, Node, as_operand, broadcast_array, cast, check_tensor, const, device_error, fit,
+from ._core import (BOOL, Node, as_operand, broadcast_array, broadcast_check, cast, check_tensor, const, device_error, fit,
                     normalize_dim, record, register, tls)
 from .elementwise import div, mul, where
-from .index import along_dim_index, convert_index, gather, getitem, index_put_zeros
+from .index import along_dim_index, gather, getitem, index_put_zeros
 from .inplace import _adopt, _bump, _check_write, _must_record, _snapshot
 from .reduce import sum as _sum
 from .shape import expand, reshape
@@ -106,11 +106,10 @@ def _mask(mask: Any, x: Tensor, name: str) -> Tensor:
 
 
 def _broadcast_shape(a: tuple, b: tuple, name: str) -> tuple:
-    try:
-        return tuple(numpy.broadcast_shapes(a, b))
-    except ValueError:
-        raise RuntimeError(f"{name}: shape mismatch: the mask of shape {list(b)} cannot be broadcast with "
-                           f"the input of shape {list(a)}") from None
+    """The shape of the input ``a`` and the mask ``b`` broadcast (torch's RuntimeError where
+    they do not; torch names the mask first)."""
+    broadcast_check(b, a, name)
+    return tuple(numpy.broadcast_shapes(a, b))
 
 
 class MaskedFillBackward0(Node):

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import threadgrad as tg
-from threadgrad import ops
 
 torch = pytest.importorskip("torch")
 
-from index_parity_cases import ROWS, SPECIAL, SRC  # noqa: E402 - needs torch
+from index_parity_cases import SPECIAL  # noqa: E402 - needs torch
 from test_special_values_parity import _check  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -266,6 +265,8 @@ ERRORS = {
     "index_add dtype": (lambda L, x: x.index_add(0, L.tensor([0]), L.ones(1, 3)), "must have the same scalar type"),
     "index_fill 2-d index": (lambda L, x: x.index_fill(0, L.tensor([[0]]), 1.0), "Index has to be a vector/scalar"),
     "take int32": (lambda L, x: x.take(L.tensor([1], dtype=L.int32)), "Expected a long tensor for index"),
+    "masked_fill mask shape": (lambda L, x: x.masked_fill(L.ones(4, dtype=L.bool), 1.0),
+                               "The size of tensor a (4) must match the size of tensor b (3)"),
     "masked_select mask dtype": (lambda L, x: x.masked_select(L.ones(3, dtype=L.int64)), "expected BoolTensor"),
     "masked_scatter dtype": (lambda L, x: x.masked_scatter(x > 0, L.ones(9)), "to have same dtypes"),
     "masked_fill_ larger mask": (lambda L, x: x.masked_fill_(L.ones(2, 3, 3, dtype=L.bool), 1.0),
