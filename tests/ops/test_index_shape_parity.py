@@ -382,3 +382,78 @@ def test_functional_forms_and_methods_exist_as_in_torch():
     a = np.arange(6.0).reshape(2, 3)
     assert tg.t(tg.tensor(a)).tolist() == torch.t(torch.tensor(a)).tolist()
     assert tg.unflatten(tg.tensor(a), 1, (3, 1)).shape == tuple(torch.unflatten(torch.tensor(a), 1, (3, 1)).shape)
+
+
+# --- ported from torch's suite (semantics only): odd layouts, empty tensors, edge arguments -------
+
+def _both_ways(fn, *arrays):
+    """``fn`` on each library's float64 leaves: values and gradients equal."""
+    got = []
+    for lib in (tg, torch):
+        leaves = [lib.tensor(a, requires_grad=True) for a in arrays]
+        out = fn(lib, *leaves)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        total = sum(((o * lib.tensor(np.arange(1.0, o.numel() + 1).reshape(tuple(o.shape)))).sum() for o in outs
+                     if o.requires_grad), lib.tensor(0.0, dtype=lib.float64))
+        if total.requires_grad:
+            total.backward()
+        got.append(([o.detach().numpy() for o in outs],
+                    [a.grad.numpy() if a.grad is not None else None for a in leaves]))
+    (vo, go), (vt, gt) = got
+    for a, b in zip(vo, vt):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    for a, b in zip(go, gt):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+A34 = np.arange(12.0).reshape(3, 4) / 3 - 1.7
+A234 = np.arange(24.0).reshape(2, 3, 4) / 5 - 2.3
+
+PORTED = {
+    # test_shape_ops.py: test_flip (several dims, a transposed input), test_flip_empty_tensor
+    "flip transposed": (lambda L, x: x.transpose(0, 2).flip(0, 2), A234),
+    "flip empty": (lambda L, x: x[:, :0].flip(1), A34),
+    # test_shape_ops.py: test_rot90 (k = 4 and -4 are the identity; negative k; 3-D)
+    "rot90 k=4": (lambda L, x: x.rot90(4), A34),
+    "rot90 k=-3 dims (2, 1)": (lambda L, x: x.rot90(-3, (2, 1)), A234),
+    # test_shape_ops.py: test_diagonal, test_diagonal_multidim (offsets past the end: empty)
+    "diagonal past the end": (lambda L, x: x.diagonal(7), A34),
+    "diagonal of a transposed view": (lambda L, x: x.transpose(0, 1).diagonal(1, 0, 2), A234),
+    # test_torch.py: test_roll (shifts larger than the dim, negative dims)
+    "roll large shifts": (lambda L, x: x.roll((7, -9), (-1, 0)), A34),
+    # test_torch.py: test_tensor_split_* (indices past the end, repeated, decreasing)
+    "tensor_split odd indices": (lambda L, x: x.tensor_split([2, 2, 1, 9], 1), A34),
+    "tensor_split more sections than elements": (lambda L, x: x.tensor_split(5, 0), A34),
+    # test_scatter_gather_ops.py: test_scatter_reduce_non_unique_index (every src to one place)
+    "scatter_reduce one place": (lambda L, x: x.scatter_reduce(0, L.tensor([[1, 1, 1, 1]] * 2), x[:2] * 0.5, "mean",
+                                                               include_self=False), A34),
+    # test_torch.py: test_index_add (a non-contiguous input and source), test_index_copy
+    "index_add transposed": (lambda L, x: x.T.index_add(0, L.tensor([2, 0, 2, 1]), x.T[[3, 2, 1, 0]]), A34),
+    "index_copy transposed": (lambda L, x: x.T.index_copy(0, L.tensor([3, 1]), x.T[:2] * 3), A34),
+    # test_torch.py: test_masked_scatter (the source's leftover elements get no gradient)
+    "masked_scatter leftovers": (lambda L, x: x[0].masked_scatter(x[0] > 0, x.reshape(-1)), A34),
+    # test_torch.py: test_take (an empty index; a transposed input)
+    "take empty index": (lambda L, x: x.take(L.tensor([], dtype=L.int64)), A34),
+    "take transposed": (lambda L, x: x.T.take(L.tensor([[0, 1], [11, 2]])), A34),
+    # test_torch.py: test_repeat_interleave (zero repeats; output_size)
+    "repeat_interleave zeros": (lambda L, x: x.repeat_interleave(L.tensor([0, 0, 0]), 0), A34),
+    "repeat_interleave output_size": (lambda L, x: x.repeat_interleave(L.tensor([1, 2, 1, 0]), 1, output_size=4),
+                                      A34),
+    # test_shape_ops.py: test_movedim (negative and many dims)
+    "movedim many": (lambda L, x: x.movedim((-1, 0, 1), (0, 1, 2)), A234),
+    # test_torch.py: test_tile (zero reps)
+    "tile zero": (lambda L, x: x.tile(0, 2), A34),
+    # test_torch.py: test_block_diag (empty blocks)
+    "block_diag empty": (lambda L, x: L.block_diag(x[:0], x[:2, :1]), A34),
+    # test_torch.py: test_diag_embed (a batch, dims given in either order)
+    "diag_embed dims reversed": (lambda L, x: x.diag_embed(-1, 2, 0), A234),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PORTED))
+def test_ported_cases_match_torch(name):
+    fn, data = PORTED[name]
+    _both_ways(fn, data)
