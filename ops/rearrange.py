@@ -29,9 +29,10 @@ def _dims_arg(dims: Any) -> tuple:
     return (int(dims),) if isinstance(dims, (int, numpy.integer)) else tuple(int(d) for d in dims)
 
 
-def _dense_copy(data: Any, xp: Any) -> Any:
-    """A C-ordered copy (numpy's flip and rot90 give strided views; torch's results are copies)."""
-    return xp.ascontiguousarray(data) if data.base is not None or not data.flags.c_contiguous else data
+def _c_copy(data: Any, xp: Any) -> Any:
+    """A C-ordered copy: numpy's flip and rot90 give strided views, torch's results are
+    contiguous copies."""
+    return xp.array(data, order="C", copy=True)
 
 
 # --- flip, roll, rot90 -------------------------------------------------------------------------
@@ -57,7 +58,7 @@ def flip(input: Tensor, dims: Any) -> Tensor:  # noqa: A002 - torch's names
     if len(set(ds)) != len(ds):
         raise RuntimeError(f"dim {next(d for d in ds if ds.count(d) > 1)} appears multiple times in the list of dims")
     xp = x.device.xp
-    data = xp.array(xp.flip(x._data, ds) if ds and x.ndim else x._data, copy=True)
+    data = _c_copy(xp.flip(x._data, ds) if ds and x.ndim else x._data, xp)
     out = _wrap(data, x.device)
     if tls.grad_enabled and x._rg:
         node = FlipBackward0()
@@ -108,7 +109,7 @@ def roll(input: Tensor, shifts: Any, dims: Any = None) -> Tensor:  # noqa: A002
     ds = tuple(normalize_dim(d, x.ndim, "roll") for d in ds)
     xp = x.device.xp
     data = xp.roll(x._data, sh if ds else sh[0], axis=ds if ds else None)
-    out = _wrap(xp.array(data, copy=True) if data is x._data else data, x.device)
+    out = _wrap(_c_copy(data, xp) if data is x._data else data, x.device)
     if tls.grad_enabled and x._rg:
         node = RollBackward0()
         node.shifts, node.dims = sh, (ds if ds else None)
@@ -142,7 +143,7 @@ def rot90(input: Tensor, k: int = 1, dims: Any = (0, 1)) -> Tensor:  # noqa: A00
     if d0 == d1:
         raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
     xp = x.device.xp
-    out = _wrap(xp.array(xp.rot90(x._data, int(k), axes=(d0, d1)), copy=True), x.device)
+    out = _wrap(_c_copy(xp.rot90(x._data, int(k), axes=(d0, d1)), xp), x.device)
     if tls.grad_enabled and x._rg:
         node = Rot90Backward0()
         node.k, node.dims = int(k), (d0, d1)
