@@ -432,6 +432,11 @@ def _scatter_operands(x: Tensor, dim: int, index: Any, src: Tensor | None, name:
         _same_dtype(x, src, name)
     if not idx.size:
         return d, idx, None, None
+    if x.ndim == 0:  # as torch's: a 0-d input, index and src act as 1-element 1-D ones
+        if idx.size != 1 or (src is not None and src._data.size < 1):
+            raise RuntimeError(f"{name}(): Index tensor must have the same number of dimensions as self tensor")
+        _bounds(idx.reshape(-1), 1, 0, "")
+        return d, idx, (idx.reshape(-1),), (src._data.reshape(-1)[:1] if src is not None else None)
     if idx.ndim != x.ndim:
         raise RuntimeError(f"{name}(): Index tensor must have the same number of dimensions as self tensor")
     if src is not None and src.ndim != idx.ndim:
@@ -447,9 +452,9 @@ def _scatter_operands(x: Tensor, dim: int, index: Any, src: Tensor | None, name:
     return d, idx, positions, block
 
 
-def _flat(t: Any) -> Any:
-    """A 0-d operand of a scatter as 1-D (the scatters of a 0-d input run on it as 1-D)."""
-    return reshape(t, (-1,)) if isinstance(t, Tensor) else t
+def _writable(data: Any) -> Any:
+    """The array a scatter writes into: a 0-d input's copy as a 1-element 1-D view of it."""
+    return data.reshape(1) if data.ndim == 0 else data
 
 
 def _gather_into(g: Tensor, d: int, index: Tensor, src_shape: tuple) -> Tensor:
@@ -536,8 +541,6 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, *, value: A
     x = check_tensor(input, "scatter")
     if (src is None) == (value is None):
         raise TypeError("scatter() takes a src tensor or a value, one of them")
-    if x.ndim == 0:
-        return reshape(scatter(_flat(x), dim, _flat(index), _flat(src), value=value, reduce=reduce), ())
     if reduce is not None and reduce not in ("add", "multiply"):
         raise RuntimeError("reduce argument must be either add or multiply.")
     tensor_src = isinstance(src, Tensor)
@@ -551,7 +554,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, *, value: A
     data = x._data.copy()
     if positions is not None:
         vals = block if tensor_src else cast(s._data, x.dtype)
-        _write(data, positions, vals, reduce or "set", x.device.xp)
+        _write(_writable(data), positions, vals, reduce or "set", x.device.xp)
     out = _wrap(data, x.device)
     if tls.grad_enabled and (x._rg or (tensor_src and s._rg)):
         saved = (_saved_index(index, idx, x),)
@@ -589,12 +592,10 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor: 
     """
     x = check_tensor(input, "scatter_add")
     s = check_tensor(src, "scatter_add", "src")
-    if x.ndim == 0:
-        return reshape(scatter_add(_flat(x), dim, _flat(index), _flat(s)), ())
     d, idx, positions, block = _scatter_operands(x, dim, index, s, "scatter_add")
     data = x._data.copy()
     if positions is not None:
-        _write(data, positions, block, "add", x.device.xp)
+        _write(_writable(data), positions, block, "add", x.device.xp)
     out = _wrap(data, x.device)
     if tls.grad_enabled and (x._rg or s._rg):
         node = ScatterAddBackward0()
@@ -619,9 +620,10 @@ def _identity(reduce: str, dtype: Any) -> Any:
 
 def _scatter_reduce_data(x: Tensor, positions: Any, block: Any, reduce: str, include_self: bool) -> Any:
     xp = x.device.xp
-    data = x._data.copy()
+    whole = x._data.copy()
     if positions is None:
-        return data
+        return whole
+    data = _writable(whole)
     if not include_self:
         data[positions] = _identity(reduce, x.dtype)
     _write(data, positions, block, reduce, xp)
@@ -630,7 +632,7 @@ def _scatter_reduce_data(x: Tensor, positions: Any, block: Any, reduce: str, inc
         xp.add.at(count, positions, 1)
         count[count == 0] = 1
         data = data / count if data.dtype.kind == "f" else xp.floor_divide(data, count)
-    return data
+    return data.reshape(whole.shape)
 
 
 class ScatterReduceBackward0(Node):
@@ -670,8 +672,8 @@ class ScatterReduceBackward0(Node):
             gs = gather(gx, d, index)
         else:  # amax, amin: the gradient shared evenly among the elements equal to the result
             value = gather(result, d, index)._data
-            self_is = (x._data == result._data).astype(x.dtype)
-            src_is = (src._data == value).astype(x.dtype)
+            self_is = xp.asarray(x._data == result._data).astype(x.dtype)  # (0-d inputs: arrays, not scalars)
+            src_is = xp.asarray(src._data == value).astype(x.dtype)
             n = self_is.copy()
             xp.add.at(n, along_dim_index(index._data, d, xp), src_is)
             shared = div(g, const(n, g))
@@ -700,8 +702,6 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)  # torch's older names, still taken
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    if x.ndim == 0:
-        return reshape(scatter_reduce(_flat(x), dim, _flat(index), _flat(s), reduce, include_self=include_self), ())
     d, idx, positions, block = _scatter_operands(x, dim, index, s, "scatter_reduce")
     if positions is not None and s.shape != index.shape:
         # the formulas gather at the index: a src larger than it enters through the corner it covers

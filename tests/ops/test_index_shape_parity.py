@@ -457,3 +457,15 @@ PORTED = {
 def test_ported_cases_match_torch(name):
     fn, data = PORTED[name]
     _both_ways(fn, data)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatters_of_a_0d_input_are_torchs(reduce):
+    """A 0-d input, index and src act as 1-element 1-D ones, as in torch (same nodes)."""
+    for include_self in (True, False):
+        _both_ways(lambda L, x, s: x.scatter_reduce(0, L.tensor(0), s, reduce, include_self=include_self),
+                   np.array(1.5), np.array(-2.5))
+    _both_ways(lambda L, x, s: (x.scatter(0, L.tensor(0), s), x.scatter_add(-1, L.tensor([0]), s.reshape(1)),
+                                x.scatter(0, L.tensor(0), 3.0) * s), np.array(1.5), np.array(-2.5))
+    x, s = tg.tensor(1.5, requires_grad=True), tg.tensor(2.0, requires_grad=True)
+    assert x.scatter_reduce(0, tg.tensor(0), s, reduce).grad_fn.name() == "ScatterReduceBackward0"
