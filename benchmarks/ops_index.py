@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 import numpy
 
-from _common import fmt, gc_paused, load_average, machine_summary, markdown_table, median, try_import_torch, write_result
+from _common import (fmt, gc_paused, load_average, machine_summary, markdown_table, median, try_import_torch,
+                     write_result)
 
 import threadgrad as tg
 

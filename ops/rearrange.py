@@ -169,9 +169,9 @@ def movedim(input: Tensor, source: Any, destination: Any) -> Tensor:  # noqa: A0
                            f"the same number of dims as destination ({list(dst)} dims)")
     src = tuple(normalize_dim(d, x.ndim, "movedim") for d in src)
     dst = tuple(normalize_dim(d, x.ndim, "movedim") for d in dst)
-    for name, ds in (("source", src), ("destination", dst)):
+    for name, ds, given in (("source", src, source), ("destination", dst, destination)):
         if len(set(ds)) != len(ds):
-            raise RuntimeError(f"movedim: repeated dim in `{name}` ({list(_dims_arg(source if name == 'source' else destination))})")
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({list(_dims_arg(given))})")
     order = [-1] * x.ndim
     for s, d in zip(src, dst):
         order[d] = s

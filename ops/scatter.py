@@ -22,8 +22,8 @@ from typing import Any
 import numpy
 
 from ..engine.tensor import Tensor, _wrap
-from ._core import (BOOL, Node, as_operand, broadcast_array, broadcast_check, cast, check_tensor, const, device_error, fit,
-                    normalize_dim, record, register, tls)
+from ._core import (BOOL, Node, as_operand, broadcast_array, broadcast_check, cast, check_tensor, const,
+                    device_error, fit, normalize_dim, record, register, tls)
 from .elementwise import div, mul, where
 from .index import along_dim_index, gather, getitem, index_put_zeros
 from .inplace import _adopt, _bump, _check_write, _must_record, _snapshot
