@@ -18,7 +18,6 @@ from .device import clone, to
 from .elementwise import (abs, add, clamp, cos, div, erf, exp, log, maximum, minimum, mul, neg, pow, sin, sqrt,
                           sub, tanh, where)
 from .index import gather, getitem, index_put
-from .index import argwhere, nonzero
 from .linalg import bmm, dot, matmul, mv, outer
 from .math import (acos, acosh, addcdiv, addcmul, all, allclose, amax, amin, any, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                    bitwise_right_shift, bitwise_xor, ceil, clamp_max, clamp_min, cosh, count_nonzero, cumsum, equal,
@@ -34,7 +33,9 @@ from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
-# indexing and shape ops of issue 31 (item 4): scatter.py and rearrange.py
+# indexing and shape ops of issue 31 (item 4): scatter.py and rearrange.py; nonzero and argwhere give
+# indices (not in REGISTRY, nor in __all__: threadgrad/__init__.py exports them)
+from .index import argwhere, nonzero
 from .scatter import (index_add, index_copy, index_fill, masked_fill, masked_scatter, masked_select, scatter,
                       scatter_add, scatter_reduce, take, take_along_dim)
 from .rearrange import (block_diag, broadcast_tensors, broadcast_to, cartesian_prod, diag, diag_embed, diagonal, dsplit,
@@ -46,4 +47,3 @@ __all__ = sorted(REGISTRY) + ["argmax", "argmin", "one_hot", "flatten", "isnan",
                              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
                              "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "any", "all", "count_nonzero",
                              "isclose", "allclose", "equal", "argsort", "REGISTRY", "register"]
-__all__ += ["nonzero", "argwhere"]  # indices, no gradient (issue 31, item 4)

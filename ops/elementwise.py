@@ -14,11 +14,11 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap
 from ..engine.creation import tensor
-from .index import nonzero
 
 from ._core import (ARRAYS, BOOL, OPS, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor,
                     const, device_error, fit, promoted, record, record_binary, record_unary, register,
                     result_dtype, sign_array, tls, unary_result)
+from .index import nonzero  # where(condition) alone
 
 
 class _Binary(Node):
