@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy
 
+from .. import devices
 from ..engine.tensor import Tensor, _wrap
 from ._core import (BOOL, Node, as_operand, broadcast_array, broadcast_check, cast, check_tensor, const,
                     device_error, fit, normalize_dim, record, register, tls)
+from .device import to
 from .elementwise import div, mul, where
 from .index import along_dim_index, gather, getitem, index_put_zeros
 from .inplace import _adopt, _bump, _check_write, _must_record, _snapshot
@@ -69,13 +71,16 @@ def _same_dtype(x: Tensor, src: Tensor, name: str) -> None:
 
 
 def _value(value: Any, x: Tensor, name: str) -> Tensor:
-    """A fill value: a number, or a 0-d tensor on ``x``'s device (torch's rule)."""
+    """A fill value: a number, or a 0-d tensor on ``x``'s device or on the cpu (torch takes a
+    cpu scalar for a tensor on any device; it moves there, its gradient comes back)."""
     v = as_operand(value, x, name)
     if v.ndim != 0:
         raise RuntimeError(f"{name} only supports a 0-dimensional value tensor, but got tensor with {v.ndim} "
                            f"dimension(s).")
     if v.device is not x.device:
-        raise device_error(name, x, v)
+        if v.device is not devices.cpu:
+            raise device_error(name, x, v)
+        v = to(v, x.device)
     return v
 
 

@@ -469,3 +469,16 @@ def test_scatters_of_a_0d_input_are_torchs(reduce):
                                 x.scatter(0, L.tensor(0), 3.0) * s), np.array(1.5), np.array(-2.5))
     x, s = tg.tensor(1.5, requires_grad=True), tg.tensor(2.0, requires_grad=True)
     assert x.scatter_reduce(0, tg.tensor(0), s, reduce).grad_fn.name() == "ScatterReduceBackward0"
+
+
+def test_a_cpu_scalar_value_fills_a_tensor_on_another_device():
+    """As torch takes a 0-d cpu value for a cuda tensor: it moves, its gradient comes back."""
+    x = tg.tensor([1.0, 2.0, 3.0], device="virtual:1", requires_grad=True)
+    v = tg.tensor(5.0, requires_grad=True)
+    mask = tg.tensor([True, False, True], device="virtual:1")
+    y = x.masked_fill(mask, v) + x.index_fill(0, tg.tensor([1], device="virtual:1"), v)
+    y.sum().backward()
+    assert y.device is x.device and y.tolist() == [6.0, 7.0, 8.0]
+    assert v.grad.device is v.device and v.grad.item() == 3.0
+    with pytest.raises(RuntimeError, match="same device"):
+        x.masked_fill(mask, tg.tensor(5.0, device="virtual:2"))
