@@ -273,11 +273,11 @@ def _index_source(x: Tensor, d: int, idx: Any, source: Any, name: str) -> Tensor
                                f"specified dimension. Got self.shape = {list(x.shape)} source.shape = "
                                f"{list(src.shape)}")
         return src
-    if src.shape[d] != n if src.ndim > d else True:
+    along = src.shape[d] if src.ndim > d else 1
+    if src.ndim <= d or along != n:
         raise (RuntimeError if name == "index_add" else IndexError)(
             f"{name}_(): Number of indices ({n}) should be equal to source.size(dim)"
-            + (f": ({src.shape[d] if src.ndim > d else 1}), for dim: {d}" if name == "index_add"
-               else f" ({src.shape[d] if src.ndim > d else 1})"))
+            + (f": ({along}), for dim: {d}" if name == "index_add" else f" ({along})"))
     if src.shape[:d] + src.shape[d + 1:] != x.shape[:d] + x.shape[d + 1:]:
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(x.shape)} source.shape = {list(src.shape)}")
@@ -285,6 +285,7 @@ def _index_source(x: Tensor, d: int, idx: Any, source: Any, name: str) -> Tensor
 
 
 def _along(x: Tensor, d: int, idx: Any) -> tuple:
+    """The places ``index`` names along ``d`` (all of a 0-d ``x``)."""
     return (slice(None),) * d + (idx.reshape(-1),) if x.ndim else ()
 
 
