@@ -42,6 +42,14 @@ from . import _methods  # noqa: F401 - binds Tensor's operators and methods
 from ._methods import flatten
 from . import inplace  # noqa: F401 - binds Tensor's in-place methods
 from . import views  # noqa: F401 - binds engine._state.refresh_view
+# indexing and shape ops of issue 31 (item 4): scatter.py and rearrange.py; nonzero and argwhere give
+# indices (not in REGISTRY, nor in __all__: threadgrad/__init__.py exports them)
+from .index import argwhere, nonzero
+from .scatter import (index_add, index_copy, index_fill, masked_fill, masked_scatter, masked_select, scatter,
+                      scatter_add, scatter_reduce, take, take_along_dim)
+from .rearrange import (block_diag, broadcast_tensors, broadcast_to, cartesian_prod, diag, diag_embed, diagonal, dsplit,
+                        flip, fliplr, flipud, hsplit, meshgrid, moveaxis, movedim, repeat_interleave, roll, rot90,
+                        swapaxes, swapdims, tensor_split, tile, trace, vsplit)
 
 # Not differentiable (they return indices or counts), so not in REGISTRY: argmax, argmin, one_hot, unique, histc,
 # bincount; flatten is reshape.

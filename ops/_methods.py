@@ -13,6 +13,7 @@ from ..engine.tensor import Tensor, _wrap, add_methods
 
 from . import activation, decomp, device, elementwise, index, linalg, nn, reduce, shape, stats
 from . import math as pointwise
+from . import rearrange, scatter
 from ._core import binary_operands, normalize_dim
 from . import order, scan
 
@@ -107,6 +108,8 @@ _METHODS: dict[str, Any] = {
         "median", "nanmedian", "topk", "kthvalue", "mode", "unique", "histc", "bincount")},
     "reshape_as": lambda self, other: shape.reshape(self, other.shape),
     "view_as": lambda self, other: shape.reshape(self, other.shape),
+    # indexing and shape ops of issue 31 (item 4)
+    "nonzero": index.nonzero, "argwhere": index.argwhere, **scatter.METHODS, **rearrange.METHODS,
 }
 
 

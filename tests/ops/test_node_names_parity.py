@@ -212,6 +212,11 @@ CASES = {
     "to": {"to dtype": (lambda a: a.to(tg.float32 if isinstance(a, tg.Tensor) else torch.float32), [(3,)])},
 }
 
+# the indexing and shape ops of issue 31, item 4 (ops/scatter.py, ops/rearrange.py)
+from index_parity_cases import NODE_CASES as _INDEX_CASES  # noqa: E402 - needs torch, imported above
+
+CASES.update(_INDEX_CASES)
+
 # case -> why threadgrad's node has another name. Each is in docs/parity.md too.
 EXCEPTIONS = {
     "matmul vm": "torch unsqueezes the vector, runs mm and squeezes (SqueezeBackward4 on top); one node here",

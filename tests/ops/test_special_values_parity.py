@@ -321,4 +321,8 @@ def test_every_op_of_the_registry_is_checked_here():
                "linalg_pinv", "linalg_vector_norm", "linalg_matrix_norm", "linalg_norm", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
+    # the indexing and shape ops of issue 31, item 4: at special values in test_index_shape_parity.py
+    from index_parity_cases import SPECIAL as index_ops
+
+    covered |= set(index_ops)
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
