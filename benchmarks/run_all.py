@@ -58,7 +58,7 @@ import workloads as W  # noqa: E402
 from bounds import bounds  # noqa: E402
 from isolated import isolated  # noqa: E402
 from parallel import parallel  # noqa: E402
-from op_rows import op_rows  # noqa: E402
+from ops import op_rows  # noqa: E402 - benchmarks/ops.py (threadgrad's ops is threadgrad.ops)
 from backends import available_backends  # noqa: E402
 
 WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "calls", "parallel", "breakdown", "bounds",
