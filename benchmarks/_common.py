@@ -105,6 +105,13 @@ def per_call_us(fns: dict[str, Callable[[], Any]], repeats: int, target_s: float
     The functions are interleaved within each repeat, so a burst of machine noise hits all
     of them alike instead of skewing one.
     """
+    return {k: median(v) for k, v in per_call_samples_us(fns, repeats, target_s).items()}
+
+
+def per_call_samples_us(fns: dict[str, Callable[[], Any]], repeats: int,
+                        target_s: float = 0.03) -> dict[str, list[float]]:
+    """What :func:`per_call_us` takes the median of: each function's per-call µs in every repeat,
+    for ratios or differences of samples taken back to back."""
     counts = {k: _calibrate(fn, target_s) for k, fn in fns.items()}
     samples: dict[str, list[float]] = {k: [] for k in fns}
     with gc_paused():
@@ -115,7 +122,7 @@ def per_call_us(fns: dict[str, Callable[[], Any]], repeats: int, target_s: float
                 for _ in range(n):
                     fn()
                 samples[k].append((time.perf_counter() - t0) / n * 1e6)
-    return {k: median(v) for k, v in samples.items()}
+    return samples
 
 
 def count_nodes(root: Any) -> int:
@@ -222,9 +229,10 @@ class Table:
     notes: list[str] = field(default_factory=list)
     ratio_header: str = "ours/torch"
     plain: bool = False  # only the value columns: no ratio, target or met?
+    headers: dict[str, str] = field(default_factory=dict)  # a column's header, where not its key
 
     def markdown(self) -> str:
-        header = ["measurement", *self.columns, self.ratio_header, "target", "met?"]
+        header = ["measurement", *[self.headers.get(c, c) for c in self.columns], self.ratio_header, "target", "met?"]
         body = []
         if self.plain:
             header = header[: 1 + len(self.columns)]

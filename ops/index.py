@@ -242,6 +242,28 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     return out
 
 
+class IndexSelectBackward0(IndexBackward0):  # torch.index_select (rearrange.py's repeat_interleave has one too)
+    __slots__ = ()
+
+
+def index_select_along(x: Tensor, d: int, index: Tensor) -> Tensor:
+    """``x``'s entries along dim ``d`` (normalized) at the integer ``index`` of at most one dim
+    (a 0-d index counts as one entry, the dim kept), as ``torch.index_select``: getitem's
+    advanced indexing recorded as torch's IndexSelectBackward0, which saves the index (Note
+    [Saved indices]). The caller checks the index's dtype and rank."""
+    if index._data.ndim == 0:
+        index = index.reshape(1)  # a view: the saved index still sees in-place changes of the user's
+    given = (slice(None),) * d + (index,)
+    idx = convert_index(given, x, "index_select")
+    out = _wrap(_index_data(x, idx, given, "index_select"), x.device)
+    if tls.grad_enabled and x._rg:
+        node = IndexSelectBackward0()
+        node.in_shape, node.basic = x.shape, False
+        node.index, saved = save_index(given, idx, x)
+        record(node, (x,), out, saved)
+    return out
+
+
 class AsStridedBackward0(IndexBackward0):
     """A view's history taken anew from its root's (torch gives such a view this grad_fn)."""
 

@@ -34,7 +34,7 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap, add_methods
 
-from . import device, elementwise, index, shape
+from . import device, elementwise, index
 from ..engine.versions import bump, next_generation
 from ._core import BOOL, CATEGORY, as_operand, check_tensor, device_error, result_dtype, tls
 from .views import rebase, regenerate, take_history, view_index, view_inplace_error, view_offset

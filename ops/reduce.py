@@ -98,8 +98,9 @@ def mean(x: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,
     return out
 
 
-# torch.return_types.max / min: a (values, indices) pair that also reads as a tuple.
-MaxMin = namedtuple("MaxMin", ["values", "indices"])
+# torch.return_types.max / min: a named (values, indices) pair that also reads as a tuple
+_MaxResult = namedtuple("max", ["values", "indices"])
+_MinResult = namedtuple("min", ["values", "indices"])
 
 
 class MaxBackward1(Node):
@@ -162,7 +163,7 @@ def _extreme(x: Tensor, dim: Any, keepdim: bool, name: str) -> Any:
         node = (MaxBackward0 if name == "max" else MinBackward0)()
         node.in_shape, node.dim, node.keepdim, node.index = x.shape, d, keepdim, tup
         record_unary(node, x, out)
-    return MaxMin(out, indices)
+    return (_MaxResult if name == "max" else _MinResult)(out, indices)
 
 
 @register

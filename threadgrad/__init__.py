@@ -76,7 +76,7 @@ from .ops import *  # noqa: E402,F401,F403 - every op, flat, as torch.X
 from .ops import __all__ as _op_names  # noqa: E402
 from ._front import (as_tensor, chunk, contiguous, device, eq, from_numpy, ge, gt, index_select,  # noqa: E402
                      is_floating_point, is_tensor, le, linspace, lt, mm, multinomial, narrow, ne, numel,
-                     rand_like, randint, randn_like, randperm, set_default_device, topk, tril, triu, unbind)
+                     rand_like, randint, randn_like, randperm, set_default_device, tril, triu, unbind)
 from ._front import detach, detach_, fill_, t, unflatten, zero_  # noqa: E402 - functional forms of methods
 from .ops import argwhere, nonzero  # noqa: E402 - indices (issue 31, item 4)
 from .serialization import load, save  # noqa: E402

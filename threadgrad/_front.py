@@ -241,11 +241,6 @@ def _format(self: Tensor, spec: str) -> str:
     return str(self)
 
 
-# topk is an op of the registry now (ops/order.py: TopkBackward0, torch's NaN order); the name
-# stays here so that the front door's imports and method table read as before
-from .ops.order import topk  # noqa: E402
-
-
 def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
     """``input == other`` elementwise (a bool tensor), as ``torch.eq``; also ``ne``, ``lt``, ``le``,
     ``gt``, ``ge``."""
@@ -302,7 +297,7 @@ def unbind(input: Tensor, dim: int = 0) -> tuple:  # noqa: A002
 
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
     """``input``'s ``length`` elements from ``start`` along ``dim`` (a view), as ``torch.narrow``."""
-    from .ops import getitem
+    from .ops.rearrange import _slice
 
     d = _dim(input, dim)
     size = input.shape[d]
@@ -310,16 +305,17 @@ def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa:
         start += size
     if not 0 <= start <= size or length < 0 or start + length > size:
         raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
-    return getitem(input, (slice(None),) * d + (slice(start, start + length),))
+    return _slice(input, d, start, start + length)  # torch's SliceBackward0, even for all of the dim
 
 
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:  # noqa: A002
-    """The entries of ``input`` along ``dim`` at the 1-D integer ``index``, as ``torch.index_select``."""
-    from .ops import getitem
+    """The entries of ``input`` along ``dim`` at the integer ``index`` (1-D, or 0-d as one entry),
+    as ``torch.index_select``; recorded as IndexSelectBackward0."""
+    from .ops.index import index_select_along
 
     if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype.kind not in "iu":
         raise IndexError("index_select(): Index is supposed to be a vector of integers")
-    return getitem(input, (slice(None),) * _dim(input, dim) + (index,))
+    return index_select_along(input, _dim(input, dim), index)
 
 
 def _repeat(self: Tensor, *sizes: Any) -> Tensor:
@@ -390,7 +386,7 @@ def _bind_methods() -> None:
     """Tensor methods for the functions above (``x.mm(w)``, ``x.tril()`` ...)."""
     add_methods({"mm": mm, "tril": tril, "triu": triu, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
-             "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
+             "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
              "chunk": chunk, "unbind": unbind, "narrow": narrow, "index_select": index_select, "repeat": _repeat,
              "new_zeros": _new(None), "new_ones": _new(1), "new_empty": _new(None), "new_full": _new_full,
              "new_tensor": _new_tensor, "type_as": lambda self, other: self.to(other.dtype),

@@ -2,7 +2,8 @@
 narrow, index_select, repeat, unflatten (values and gradients against torch), new_zeros /
 new_ones / new_empty / new_full / new_tensor, type_as, nelement, element_size, is_contiguous,
 and the in-place random fills uniform_ / normal_ (torch's refusal on a leaf that requires
-grad). Skipped without torch."""
+grad), the node names narrow and index_select record, and max / min's return types. Skipped
+without torch."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +23,8 @@ CASES = {
     "narrow": lambda lib, x: x.narrow(2, 1, 2),
     "torch.narrow, negative start": lambda lib, x: lib.narrow(x, -1, -3, 2),
     "index_select": lambda lib, x: x.index_select(1, lib.tensor([2, 0, 2])),
+    "torch.index_select, a 0-d index": lambda lib, x: lib.index_select(x, 2, lib.tensor(1)),
+    "narrow, all of the dim": lambda lib, x: x.narrow(1, 0, 3),
     "repeat": lambda lib, x: x.repeat(2, 1, 3),
     "repeat, a new dim": lambda lib, x: x.repeat(2, 2, 1, 1),
     "repeat, a tuple": lambda lib, x: x.repeat((1, 2, 1)),
@@ -43,6 +46,41 @@ def test_method_matches_torch(name):
     for want, mine in zip(got[0][0], got[1][0]):
         np.testing.assert_array_equal(mine, want)
     np.testing.assert_array_equal(got[1][1], got[0][1])
+
+
+@pytest.mark.parametrize("name", ["narrow", "torch.narrow, negative start", "narrow, all of the dim", "index_select",
+                                  "torch.index_select, a 0-d index"])
+def test_node_names_as_torch(name):
+    # torch: narrow is a slice (SliceBackward0 even for all of the dim, where x[:] is an alias);
+    # index_select records IndexSelectBackward0, not indexing's IndexBackward0
+    theirs = CASES[name](torch, torch.tensor(X0, requires_grad=True)).grad_fn
+    ours = CASES[name](tg, tg.tensor(X0, requires_grad=True)).grad_fn
+    assert ours.name() == type(theirs).__name__
+
+
+def test_index_select_saves_its_index_as_torch():
+    # IndexSelectBackward0 saves the index: a second backward without retain_graph, or one after
+    # the index changed in place, raises as torch's
+    for lib in (torch, tg):
+        x, index = lib.tensor(X0, requires_grad=True), lib.tensor([0, 2])
+        y = lib.index_select(x, 1, index).sum()
+        y.backward()
+        with pytest.raises(RuntimeError, match="Specify retain_graph=True"):
+            y.backward()
+        y = x.index_select(1, index).sum()
+        index.add_(0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_with_dim_return_torchs_types(name):
+    got = [getattr(lib.tensor(X0), name)(1) for lib in (torch, tg)]
+    assert type(got[1]).__name__ == type(got[0]).__name__ == name
+    for field in ("values", "indices"):
+        np.testing.assert_array_equal(getattr(got[1], field).numpy(), getattr(got[0], field).numpy())
+    values, indices = getattr(tg, name)(tg.tensor(X0), dim=0, keepdim=True)  # still a pair
+    assert values.shape == indices.shape == (1, 3, 4)
 
 
 def test_new_tensors_and_facts_as_torch():
