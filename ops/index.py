@@ -14,6 +14,7 @@ import numpy
 from .. import devices
 from ..engine.tensor import Tensor, _wrap
 
+from ..engine.graph import NO_EDGE
 from ..engine.versions import make_view, mark_view_node
 from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, normalize_dim,
                     record, record_unary, register, tls)
@@ -299,9 +300,13 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool, unique: bo
 class IndexPutBackward0(Node):
     __slots__ = ("index", "accumulate", "v_shape", "v_dtype")
     whole = False  # a write to every element (fill_, zero_, copy_): see the classes below
+    has_value_edge = True  # False: a number written (fill_(2.0), zero_()), so one edge only, as torch's
 
     def backward(self, g: Tensor) -> tuple:
-        ex, ev = self.next_edges
+        if not self.has_value_edge:
+            ex, ev = self.next_edges[0], NO_EDGE
+        else:
+            ex, ev = self.next_edges
         index = saved_index(self, self.index)  # raises once freed: See Note [Saved indices]
         gx = gv = None
         if ex[0] is not None:
@@ -319,7 +324,7 @@ class IndexPutBackward0(Node):
                 gx = put(g, index, zero, copy_slices=type(self) is CopySlices)
         if ev[0] is not None:
             gv = fit(getitem(g, index), self.v_shape, self.v_dtype)
-        return (gx, gv)
+        return (gx, gv) if self.has_value_edge else (gx,)
 
 
 @register
@@ -346,6 +351,7 @@ class CopySlices(IndexPutBackward0):
 class FillBackward2(IndexPutBackward0):  # fill_(number)
     __slots__ = ()
     whole = True
+    has_value_edge = False
 
 
 class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
@@ -356,6 +362,7 @@ class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
 class ZeroBackward0(IndexPutBackward0):  # zero_()
     __slots__ = ()
     whole = True
+    has_value_edge = False
 
 
 class CopyBackwards(IndexPutBackward0):  # copy_(src), x[:] = tensor
@@ -392,7 +399,7 @@ def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_sli
             node.index, saved = idx, run_once()
         else:
             node.index, saved = save_index(indices, idx, x)  # See Note [Saved indices]
-        record(node, (x, v), out, saved)
+        record(node, (x, v) if node.has_value_edge else (x,), out, saved)
     return out
 
 

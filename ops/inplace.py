@@ -152,7 +152,7 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
         result = device.to(result, dtype=self.dtype)
     root = self._base
     if root is not None:
-        rebase(root, _snapshot(root), view_index(self, root), result)
+        rebase(root, root, view_index(self, root), result, view=self)  # See Note [CopySlices] in views.py
     self._data[...] = result._data
     _bump(self, recorded=True)
     if root is not None:
