@@ -207,6 +207,47 @@ def _basic_node_cls(idx: Any, shape: tuple) -> type:
     return AliasBackward0
 
 
+def _basic_steps(idx: Any, shape: tuple) -> list | None:
+    """torch's nodes for a basic index of several parts that do something, left to right: one
+    ``(node class, index of one part over the dims before it)`` per part, skipping Ellipsis and
+    the slices that cover their whole dim (torch's applySlicing). None when at most one part
+    does something: then one node takes the whole index (:func:`_basic_node_cls`)."""
+    if not isinstance(idx, tuple) or len(idx) < 2:
+        return None
+    named = sum(1 for p in idx if p is not None and p is not Ellipsis)
+    steps, d, cur = [], 0, list(shape)  # d: the dim of the current result the next part applies to
+    for p in idx:
+        lead = (slice(None),) * d
+        if p is Ellipsis:
+            d += len(shape) - named
+        elif p is None:
+            steps.append((UnsqueezeBackward0, lead + (None,)))
+            cur.insert(d, 1)
+            d += 1
+        elif isinstance(p, slice):
+            if p.indices(cur[d]) != (0, cur[d], 1):
+                steps.append((SliceBackward0, lead + (p,)))
+                cur[d] = len(range(*p.indices(cur[d])))
+            d += 1
+        else:
+            steps.append((SelectBackward0, lead + (p,)))
+            del cur[d]
+    return steps if len(steps) > 1 else None
+
+
+def _basic_chain(x: Tensor, steps: list) -> tuple:
+    """Record ``steps`` (of :func:`_basic_steps`) from ``x`` on, each over the one before;
+    return the last result (it stands for the intermediate tensor in the graph) and its shape."""
+    cur = x
+    for node_cls, step in steps:
+        part = _wrap(cur._data[step + (Ellipsis,)], x.device)  # (Ellipsis: a 0-d view, not a scalar)
+        node = node_cls()
+        node.in_shape, node.index, node.basic = cur.shape, step, True
+        record_unary(node, cur, part)
+        cur = part
+    return cur, cur.shape
+
+
 @register
 def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]``: ints, slices, None, Ellipsis, boolean masks, integer arrays/tensors.
@@ -230,11 +271,19 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         make_view(out, x)  # See Note [Versions and views] in engine/versions.py
     if tls.grad_enabled and x._rg:
         if basic:
-            node = _basic_node_cls(idx, x.shape)()
+            src, in_shape, steps = x, x.shape, _basic_steps(idx, x.shape)
+            if steps is None:
+                node_cls, step = _basic_node_cls(idx, x.shape), idx
+            else:
+                # torch's chain (x[1, 0:1]: SelectBackward0, then SliceBackward0 on its result):
+                # one node per part but the last, each over the one before; the last is out's
+                src, in_shape = _basic_chain(x, steps[:-1])
+                node_cls, step = steps[-1]
+            node = node_cls()
             if view:
                 mark_view_node(node, x)
-            node.in_shape, node.index, node.basic = x.shape, idx, basic
-            record_unary(node, x, out)
+            node.in_shape, node.index, node.basic = in_shape, step, basic
+            record_unary(node, src, out)
         else:
             node = IndexBackward0()
             node.in_shape, node.basic = x.shape, basic
