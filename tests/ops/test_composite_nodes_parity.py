@@ -6,7 +6,8 @@ one view op per part, left to right (SelectBackward0, then SliceBackward0 on its
 Ellipsis and slices covering their whole dim add none), and threadgrad records the same chain:
 a node post-hook on the result's ``grad_fn`` sees the gradient of the intermediate result,
 and a hook that changes it by more than a scaling changes the gradient as in torch.
-``matmul`` of a vector and a matrix stays one node here (docs/parity.md says why).
+``matmul`` of a vector and a matrix is torch's unsqueeze, mm and in-place squeeze_ (three
+nodes, the last SqueezeBackward4), so a post-hook on its ``grad_fn`` sees the (1, n) gradient.
 """
 from __future__ import annotations
 
@@ -78,3 +79,28 @@ def test_in_place_write_through_a_chained_view_matches_torch():
         (y * y).sum().backward()
         return x.grad.tolist(), w.grad.tolist(), y.grad_fn.name().replace("torch::autograd::", "")
     assert run(tg) == run(torch)
+
+
+def _vector_matrix(lib, change):
+    a = lib.tensor([1.0, -2.0, 3.0], dtype=lib.float64, requires_grad=True)
+    m = lib.arange(12, dtype=lib.float64).reshape(3, 4).requires_grad_()
+    r = a @ m
+    names, node = [], r.grad_fn
+    while node is not None and "AccumulateGrad" not in node.name():
+        names.append((node.name(), len(node.next_functions)))
+        node = node.next_functions[0][0]
+    seen = []
+
+    def post(grad_inputs, grad_outputs):
+        seen.append([list(g.shape) for g in grad_inputs])
+        return (grad_inputs[0] * grad_inputs[0] + 1.0,) if change else None
+
+    r.grad_fn.register_hook(post)
+    (r * lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64)).sum().backward()
+    r.mul_(2.0)  # the result is no view (torch squeezes in place): its own history changes
+    return names, seen, a.grad.tolist(), m.grad.tolist(), r.grad_fn.name()
+
+
+@pytest.mark.parametrize("change", [False, True], ids=["observe", "change"])
+def test_vector_times_matrix_is_torchs_three_nodes(change):
+    assert _vector_matrix(tg, change) == _vector_matrix(torch, change)
