@@ -168,3 +168,23 @@ def test_second_backward_through_a_freed_copy_slices_raises():
             return "retain_graph=True" in str(e)
         return False
     assert run(tg) is run(torch) is True
+
+
+@pytest.mark.parametrize("through_view", [True, False], ids=["view", "whole"])
+@pytest.mark.parametrize("op", ["mul_", "div_", "add_"])
+def test_mixed_dtype_in_place_op_keeps_the_ops_node(op, through_view):
+    """A float32 tensor written with a float64 operand: torch computes in float64 and writes
+    float32, with no node for the cast, so CopySlices wraps the op's node (and the op's node
+    is the tensor's grad_fn without a view); each input's gradient keeps its dtype."""
+    def run(lib):
+        x = lib.ones(2, 2, requires_grad=True)
+        w = lib.tensor([2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        y = x * 1
+        getattr(y[1] if through_view else y, op)(w)
+        seen = []
+        y.grad_fn.register_hook(lambda gi, go: seen.append([(list(g.shape), str(g.dtype).replace("torch.", ""))
+                                                            for g in gi if g is not None]))
+        nxt = [_name(n) for n, _ in y.grad_fn.next_functions]
+        (y * y).sum().backward()
+        return _name(y.grad_fn), nxt, seen, _obs(x.grad), _obs(w.grad), str(w.grad.dtype).replace("torch.", "")
+    assert run(tg) == run(torch)
