@@ -208,8 +208,9 @@ def _register(hook: dict, t: Any, be: Any, rec: _Recorder) -> Any:
     hid, kind, scale, shift = hook["id"], hook["kind"], hook.get("scale"), hook.get("shift")
 
     def change(g):  # what a tensor or pre hook returns for g (None: keep it)
-        if g is None or (scale is None and shift is None):
+        if scale is None and shift is None:
             return None
+        # (given None, a hook that changes the gradient raises TypeError, in both libraries)
         g = g if scale is None else be.mul(g, scale)
         return g if shift is None else be.add(g, shift)
 
