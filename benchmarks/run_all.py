@@ -58,10 +58,11 @@ import workloads as W  # noqa: E402
 from bounds import bounds  # noqa: E402
 from isolated import isolated  # noqa: E402
 from parallel import parallel  # noqa: E402
+from op_rows import op_rows  # noqa: E402
 from backends import available_backends  # noqa: E402
 
 WORKLOADS = ("chain", "wide", "mlp", "threads", "devices", "features", "calls", "parallel", "breakdown", "bounds",
-             "isolated")
+             "isolated", "ops")
 DOCS_PLOT = os.path.join(ROOT, "docs", "img", "us_per_node.png")
 
 
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         tables.append(parallel(quick, args.ft_python))
     if "isolated" in todo:
         tables.append(isolated(backends, quick))
+    if "ops" in todo:
+        tables.append(op_rows(backends, quick))
     if "bounds" in todo:  # before the breakdown, so its cProfile listing stays next to its table
         tables += bounds(backends, quick)
     listing = ""

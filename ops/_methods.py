@@ -11,9 +11,11 @@ import numpy
 
 from ..engine.tensor import Tensor, _wrap, add_methods
 
-from . import activation, device, elementwise, index, linalg, nn, reduce, shape, stats
+from . import activation, decomp, device, elementwise, index, linalg, nn, reduce, shape, stats
 from . import math as pointwise
+from . import rearrange, scatter
 from ._core import binary_operands, normalize_dim
+from . import order, scan
 
 
 def _rev(fn: Any) -> Any:
@@ -61,6 +63,10 @@ _METHODS: dict[str, Any] = {
         "isclose", "allclose", "equal", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp", "addcmul",
         "addcdiv", "amax", "amin", "sort", "argsort")},
     "bmm": linalg.bmm, "dot": linalg.dot, "mv": linalg.mv, "outer": linalg.outer,
+    # linear algebra (issue 31)
+    **{name: getattr(linalg, name) for name in ("vdot", "addmm", "addmv", "baddbmm", "kron")},
+    **{name: getattr(decomp, name) for name in ("det", "inverse", "slogdet", "logdet", "svd", "qr", "cholesky",
+                                                "pinverse")},
     "__and__": pointwise.bitwise_and, "__rand__": _rev(pointwise.bitwise_and),
     "__or__": pointwise.bitwise_or, "__ror__": _rev(pointwise.bitwise_or),
     "__xor__": pointwise.bitwise_xor, "__rxor__": _rev(pointwise.bitwise_xor),
@@ -96,8 +102,14 @@ _METHODS: dict[str, Any] = {
     "var": stats.var, "std": stats.std, "norm": stats.norm,
     "where": lambda self, condition, other: elementwise.where(condition, self, other),
     "expand_as": lambda self, other: shape.expand(self, other.shape),
+    **{name: getattr(scan, name) for name in (
+        "prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "nansum", "nanmean")},
+    **{name: getattr(order, name) for name in (
+        "median", "nanmedian", "topk", "kthvalue", "mode", "unique", "histc", "bincount")},
     "reshape_as": lambda self, other: shape.reshape(self, other.shape),
     "view_as": lambda self, other: shape.reshape(self, other.shape),
+    # indexing and shape ops of issue 31 (item 4)
+    "nonzero": index.nonzero, "argwhere": index.argwhere, **scatter.METHODS, **rearrange.METHODS,
 }
 
 
@@ -146,3 +158,16 @@ def device_to(t: Tensor, device_or_dtype: Any, dtype: Any) -> Tensor:
 
 add_methods(_METHODS)
 add_methods({"T": property(lambda self: shape.permute(self, tuple(reversed(range(self.ndim)))))})
+
+
+# linear algebra (issue 31): a batch of matrices transposed (mH conjugates too: the same on real dtypes)
+def _matrices_transposed(attr: str) -> property:
+    def get(self: Tensor) -> Tensor:
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.{attr} is only supported on matrices or batches of matrices. Got "
+                               f"{self.ndim}-D tensor.")
+        return shape.transpose(self, -1, -2)
+    return property(get)
+
+
+add_methods({"mT": _matrices_transposed("mT"), "mH": _matrices_transposed("mH")})

@@ -18,6 +18,7 @@ from ..engine.creation import tensor
 from ._core import (ARRAYS, BOOL, OPS, OUTPUT, Node, as_operand, binary_operands, binary_result, cast, check_tensor,
                     const, device_error, fit, promoted, record, record_binary, record_unary, register,
                     result_dtype, sign_array, tls, unary_result)
+from .index import nonzero  # where(condition) alone
 
 
 class _Binary(Node):
@@ -502,9 +503,17 @@ class WhereBackward0(_Binary):
                 fit(where(cond, zero, g), self.b_shape, self.b_dtype) if eb[0] is not None else None)
 
 
+_ONE_ARG = object()  # where(condition) alone: torch's nonzero(condition, as_tuple=True)
+
+
 @register
-def where(condition: Any, input: Any, other: Any) -> Tensor:  # noqa: A002 - torch's names
-    """``input`` where ``condition`` is true, else ``other`` (all three broadcast)."""
+def where(condition: Any, input: Any = _ONE_ARG, other: Any = _ONE_ARG) -> Any:  # noqa: A002 - torch's names
+    """``input`` where ``condition`` is true, else ``other`` (all three broadcast). With the
+    condition alone, ``nonzero(condition, as_tuple=True)``, as ``torch.where(condition)``."""
+    if input is _ONE_ARG or other is _ONE_ARG:
+        if input is not other:
+            raise TypeError("where() takes the condition alone, or the condition, input and other")
+        return nonzero(check_tensor(condition, "where", "condition"), as_tuple=True)
     if not isinstance(condition, Tensor):
         like = input if isinstance(input, Tensor) else other
         condition = as_operand(condition, check_tensor(like, "where", "input"), "where")

@@ -507,3 +507,30 @@ def gather(x: Tensor, dim: int, index: Any) -> Tensor:
         saved_idx = index if isinstance(index, Tensor) and index._data is idx else _wrap(idx, x.device)
         record(node, (x,), out, (x, saved_idx))
     return out
+
+
+# --- positions of nonzero elements (no gradient: they return indices) -----------------------
+
+def nonzero(x: Tensor, *, as_tuple: bool = False) -> Any:
+    """The positions of ``x``'s nonzero elements, in C order, as ``torch.nonzero``: an int64
+    tensor of shape ``(n, x.ndim)``, or with ``as_tuple`` one 1-D int64 tensor per dim (a 0-d
+    ``x`` is taken as 1-D there, as torch's). Not differentiable.
+
+    >>> from threadgrad import engine, ops
+    >>> ops.nonzero(engine.tensor([[0.0, 1.0], [2.0, 0.0]])).tolist()
+    [[0, 1], [1, 0]]
+    """
+    check_tensor(x, "nonzero")
+    xp = x.device.xp
+    data = x._data
+    if as_tuple:
+        found = xp.nonzero(data.reshape(1) if data.ndim == 0 else data)
+        return tuple(_wrap(xp.asarray(p, dtype=numpy.int64), x.device) for p in found)
+    if data.ndim == 0:  # torch's shape (1, 0) or (0, 0)
+        return _wrap(xp.zeros((int(bool(data)), 0), dtype=numpy.int64), x.device)
+    return _wrap(xp.stack(xp.nonzero(data), axis=1).astype(numpy.int64, copy=False), x.device)
+
+
+def argwhere(x: Tensor) -> Tensor:
+    """``nonzero(x)``, as ``torch.argwhere``: an int64 tensor of shape ``(n, x.ndim)``."""
+    return nonzero(x)

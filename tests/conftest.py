@@ -11,6 +11,8 @@ import os
 import sys
 
 import pytest
+from oracle_plugin import pytest_sessionfinish  # noqa: F401 - a hook: fails skips for want of torch
+from oracle_plugin import pytest_configure as _oracle_configure
 from threads_util import retire_cpu_helpers, run_threads
 
 from threadgrad import devices, engine
@@ -53,6 +55,7 @@ CPU_WORKERS = int(os.environ.get("THREADGRAD_TEST_CPU_WORKERS", "0"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _oracle_configure(config)
     if CPU_WORKERS:
         engine.set_cpu_workers(CPU_WORKERS)
     if EXPECT_NO_GIL and _gil_enabled():

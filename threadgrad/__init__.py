@@ -75,8 +75,10 @@ from .engine.creation import get_rng_state, set_rng_state  # noqa: E402
 from .ops import *  # noqa: E402,F401,F403 - every op, flat, as torch.X
 from .ops import __all__ as _op_names  # noqa: E402
 from ._front import (as_tensor, chunk, contiguous, device, eq, from_numpy, ge, gt, index_select,  # noqa: E402
-                     is_floating_point, is_tensor, le, linspace, lt, masked_fill, mm, multinomial, narrow, ne, numel,
+                     is_floating_point, is_tensor, le, linspace, lt, mm, multinomial, narrow, ne, numel,
                      rand_like, randint, randn_like, randperm, set_default_device, topk, tril, triu, unbind)
+from ._front import detach, detach_, fill_, t, unflatten, zero_  # noqa: E402 - functional forms of methods
+from .ops import argwhere, nonzero  # noqa: E402 - indices (issue 31, item 4)
 from .serialization import load, save  # noqa: E402
 from ._generator import Generator  # noqa: E402
 from . import accelerator, autograd, cuda, nn, optim, utils  # noqa: E402
@@ -102,10 +104,14 @@ clip = clamp  # noqa: F405 - torch's alias
 __all__ = (["__version__", "accelerator", "devices", "distributed", "engine", "ops", "profiler", "viz", "autograd", "cuda", "nn", "optim", "utils",
             "Tensor", "Function", "Device", "device", "Generator", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
             "full", "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "rand_like", "randn_like",
-            "randint", "randperm", "arange", "linspace", "mm", "tril", "triu", "masked_fill", "multinomial", "contiguous", "set_default_device", "topk", "eq", "ne", "lt", "le", "gt", "ge", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
-            "is_grad_enabled", "is_tensor", "is_floating_point", "numel", "save", "load", "clip",
+            "randint", "randperm", "arange", "linspace", "mm", "tril", "triu", "multinomial", "contiguous", "set_default_device", "topk", "eq", "ne", "lt", "le", "gt", "ge", "manual_seed", "get_rng_state", "set_rng_state", "no_grad", "enable_grad", "set_grad_enabled",
+            "is_grad_enabled", "t", "unflatten", "detach", "detach_", "fill_", "zero_", "argwhere", "nonzero", "is_tensor", "is_floating_point", "numel", "save", "load", "clip",
             "float16", "half", "float32", "float", "float64", "double", "int8", "uint8", "int16", "short", "int32",
             "int", "int64", "long", "bool", "complex64", "complex128"]
            + [n for n in _op_names if n not in ("REGISTRY", "register")])
 # ``from threadgrad import *`` must not shadow Python's own float, int, bool, sum, max, abs ...
 __all__ = [n for n in __all__ if not hasattr(_builtins, n)]
+
+# linear algebra (issue 31): torch.linalg's functions, as tg.linalg
+from . import linalg  # noqa: E402
+__all__.append("linalg")

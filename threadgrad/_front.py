@@ -183,22 +183,6 @@ def triu(input: Tensor, diagonal: int = 0) -> Tensor:  # noqa: A002
     return where(_band_mask(input, diagonal, False), input, creation.zeros((), dtype=input.dtype, device=input.device))
 
 
-def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:  # noqa: A002
-    """``input`` with ``value`` where the boolean ``mask`` (broadcast to it) is true, as
-    ``torch.masked_fill`` (out of place; a ``where``, so the gradient is zero where filled).
-
-    >>> import threadgrad as tg
-    >>> tg.masked_fill(tg.zeros(3), tg.tensor([True, False, True]), -1.0).tolist()
-    [-1.0, 0.0, -1.0]
-    """
-    from .ops import where
-
-    if mask.dtype != numpy.bool_:
-        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype}")
-    fill = value if isinstance(value, Tensor) else creation.tensor(value, dtype=input.dtype, device=input.device)
-    return where(mask, fill, input)
-
-
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:  # noqa: A002
     """Indices drawn from the rows of ``input`` (non-negative weights, 1-d or 2-d), as
     ``torch.multinomial`` (int64, from ``generator`` or the one ``manual_seed`` seeds). Without
@@ -257,30 +241,9 @@ def _format(self: Tensor, spec: str) -> str:
     return str(self)
 
 
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
-    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, as
-    ``torch.topk``: a named tuple ``(values, indices)``. The indices come from a stable numpy
-    sort (ties keep the lower index); the values are a ``gather`` of ``input``, so they carry
-    its gradient.
-
-    >>> import threadgrad as tg
-    >>> tg.topk(tg.tensor([1.0, 3.0, 2.0]), 2).values.tolist()
-    [3.0, 2.0]
-    """
-    from collections import namedtuple
-
-    from .ops import gather
-    from .ops._core import normalize_dim
-
-    d = normalize_dim(dim, max(input.ndim, 1), "topk")
-    size = input.shape[d] if input.ndim else 1
-    if not 0 <= k <= size:
-        raise RuntimeError(f"topk(): selected index k out of range: k={k} for dim {dim} of size {size}")
-    data = numpy.asarray(input.detach().cpu().numpy())
-    order = numpy.argsort(-data if largest else data, axis=d, kind="stable")
-    indices = creation.tensor(numpy.take(order, numpy.arange(k), axis=d).astype(numpy.int64), device=input.device)
-    result = namedtuple("topk", ["values", "indices"])
-    return result(gather(input, d, indices), indices)
+# topk is an op of the registry now (ops/order.py: TopkBackward0, torch's NaN order); the name
+# stays here so that the front door's imports and method table read as before
+from .ops.order import topk  # noqa: E402
 
 
 def eq(input: Tensor, other: Any) -> Tensor:  # noqa: A002
@@ -424,8 +387,8 @@ def _normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator: An
 
 
 def _bind_methods() -> None:
-    """Tensor methods for the functions above (``x.mm(w)``, ``x.masked_fill(m, v)`` ...)."""
-    add_methods({"mm": mm, "tril": tril, "triu": triu, "masked_fill": masked_fill, "multinomial": multinomial,
+    """Tensor methods for the functions above (``x.mm(w)``, ``x.tril()`` ...)."""
+    add_methods({"mm": mm, "tril": tril, "triu": triu, "multinomial": multinomial,
              "contiguous": lambda self, memory_format=None: contiguous(self), "__format__": _format,
              "topk": topk, "eq": eq, "ne": ne, "lt": lt, "le": le, "gt": gt, "ge": ge,
              "chunk": chunk, "unbind": unbind, "narrow": narrow, "index_select": index_select, "repeat": _repeat,
@@ -452,3 +415,35 @@ def _unflatten(self: Tensor, dim: int, sizes: Any) -> Tensor:
 
 
 _bind_methods()
+
+
+# --- torch's functional spellings of Tensor methods (issue 31, item 4) -----------------------
+
+def t(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.t()``: a matrix's transpose (vectors and scalars as they are), as ``torch.t``."""
+    return input.t()
+
+
+def unflatten(input: Tensor, dim: int, sizes: Any) -> Tensor:  # noqa: A002
+    """``input.unflatten(dim, sizes)``: ``dim`` split into ``sizes`` (one may be -1), as ``torch.unflatten``."""
+    return _unflatten(input, dim, sizes)
+
+
+def detach(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.detach()``, as ``torch.detach``."""
+    return input.detach()
+
+
+def detach_(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.detach_()``, as ``torch.detach_``."""
+    return input.detach_()
+
+
+def fill_(input: Tensor, value: Any) -> Tensor:  # noqa: A002
+    """``input.fill_(value)``, as ``torch.fill_``."""
+    return input.fill_(value)
+
+
+def zero_(input: Tensor) -> Tensor:  # noqa: A002
+    """``input.zero_()``, as ``torch.zero_``."""
+    return input.zero_()

@@ -1,7 +1,7 @@
 """The small front-door functions the ported torch programs needed (threadgrad/_front.py:
-``linspace``, ``mm``, ``tril``/``triu``, ``masked_fill``, ``multinomial``, ``topk``, ``contiguous``,
-comparisons, ``set_default_device``, ``tg.accelerator``, formatting a 0-d tensor), against
-torch where it is installed."""
+``linspace``, ``mm``, ``tril``/``triu``, ``masked_fill``, ``multinomial``, ``contiguous``,
+comparisons, ``set_default_device``, ``tg.accelerator``, formatting a 0-d tensor; and ``topk``,
+now ops/order.py's), against torch where it is installed."""
 from __future__ import annotations
 
 import numpy as np

@@ -86,6 +86,15 @@ def _unary(ref: Callable, **kw: Any) -> Callable[[], list]:
     return make
 
 
+def _svd_invariants(usv: Any) -> tuple:
+    """What an SVD determines whatever its signs: ``S``, ``U * U`` and ``Vh * Vh`` on the ``k``
+    singular vectors (a full ``U``'s other columns are any basis of the rest), ``U S Vh``."""
+    U, S, Vh = usv
+    k = S.shape[-1]
+    Uk, Vhk = U[..., :, :k], Vh[..., :k, :]
+    return S, Uk * Uk, Vhk * Vhk, (Uk * S.unsqueeze(-2)) @ Vhk
+
+
 def _np_erf(a: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf)(a)
 
@@ -145,6 +154,17 @@ def _np_cross_entropy(logits: np.ndarray, target: np.ndarray) -> np.ndarray:
     return -lp[np.arange(len(target)), target].mean()
 
 
+_SOME = [[True, False, True], [False, True, True]]  # where a sample keeps its numbers (else NaN)
+
+
+def _with_zeros(x: engine.Tensor, at: list) -> engine.Tensor:
+    """``x`` (a leaf) with exact zeros at the positions ``at`` (prod's and cumprod's special cases)."""
+    data = x.detach().numpy().copy()
+    for pos in at:
+        data[pos] = 0.0
+    return engine.tensor(data, requires_grad=True)
+
+
 def _max_samples(name: str) -> Callable[[], list]:
     fn = getattr(np, name)
     arg = getattr(np, "arg" + name)
@@ -194,6 +214,106 @@ SAMPLES: dict[str, Callable[[], list]] = {
     "dot": lambda: [Sample(t(4), t(4), ref=np.dot)],
     "mv": lambda: [Sample(t(3, 4), t(4), ref=np.dot)],
     "outer": lambda: [Sample(t(3), t(4), ref=np.outer)],
+    # linear algebra (issue 31): products and einsum
+    "vdot": lambda: [Sample(t(4), t(4), ref=np.vdot)],
+    "addmm": lambda: [Sample(t(2, 3), t(2, 4), t(4, 3), ref=lambda i, a, b: i + a @ b),
+                      Sample(t(3), t(2, 4), t(4, 3), kwargs={"beta": 0.5, "alpha": -2.0},
+                             ref=lambda i, a, b: 0.5 * i - 2.0 * (a @ b), desc="broadcast input, beta, alpha"),
+                      Sample(t(2, 3), t(2, 4), t(4, 3), kwargs={"beta": 0},
+                             ref=lambda i, a, b: a @ b, desc="beta=0")],
+    "addmv": lambda: [Sample(t(2), t(2, 4), t(4), ref=lambda i, a, v: i + a @ v),
+                      Sample(t(1), t(2, 4), t(4), kwargs={"beta": 2.0, "alpha": 0.5},
+                             ref=lambda i, a, v: 2.0 * i + 0.5 * (a @ v), desc="broadcast input, beta, alpha")],
+    "baddbmm": lambda: [Sample(t(2, 3, 2), t(2, 3, 4), t(2, 4, 2), ref=lambda i, a, b: i + a @ b),
+                        Sample(t(3, 1), t(2, 3, 4), t(2, 4, 2), kwargs={"beta": -1.0, "alpha": 3.0},
+                               ref=lambda i, a, b: -i + 3.0 * (a @ b), desc="broadcast input, beta, alpha")],
+    "tensordot": lambda: [Sample(t(2, 3, 4), t(3, 4, 2), ref=lambda a, b: np.tensordot(a, b, 2)),
+                          Sample(t(2, 3, 4), t(4, 3, 2), args=(([0, 2], [2, 0]),),
+                                 ref=lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])), desc="dim lists"),
+                          Sample(t(2, 3), t(3), args=(0,), ref=lambda a, b: np.tensordot(a, b, 0), desc="dims=0")],
+    "kron": lambda: [Sample(t(2, 3), t(3, 2), ref=np.kron),
+                     Sample(t(2, 1, 3), t(2, 2), ref=np.kron, desc="ranks 3 and 2")],
+    "einsum": lambda: [
+        Sample(t(2, 3), t(3, 4), call=lambda op, a, b: op("ij,jk->ik", a, b),
+               ref=lambda a, b: a @ b, desc="ij,jk->ik"),
+        Sample(t(3, 3), call=lambda op, a: op("ii", a), ref=np.trace, desc="ii (trace)"),
+        Sample(t(3, 3, 2), call=lambda op, a: op("iij->ji", a),
+               ref=lambda a: np.einsum("iij->ji", a), desc="iij->ji (diagonal)"),
+        Sample(t(2, 3), t(3), call=lambda op, a, b: op("ij,k->i", a, b),
+               ref=lambda a, b: a.sum(1) * b.sum(), desc="ij,k->i (labels summed alone)"),
+        Sample(t(1, 2, 3), t(4, 3, 2), call=lambda op, a, b: op("bij,bjk->bik", a, b),
+               ref=lambda a, b: a @ b, desc="bij,bjk->bik (size-1 batch broadcasts)"),
+        Sample(t(5, 2, 3), t(3, 2), call=lambda op, a, b: op("...ij,...jk", a, b),
+               ref=lambda a, b: a @ b, desc="...ij,...jk (implicit, ellipsis)"),
+        Sample(t(2, 3), t(3, 4), t(4, 2), call=lambda op, a, b, c: op("ij,jk,kl->il", [a, b, c]),
+               ref=lambda a, b, c: a @ b @ c, desc="three operands, as a list"),
+        Sample(t(2, 3), t(3, 2), call=lambda op, a, b: op(a, [0, 1], b, [1, 0], []),
+               ref=lambda a, b: np.einsum("ij,ji", a, b), desc="sublist form")],
+    # tg.linalg (ops/decomp.py). Inputs are products with their transposes where the op reads one
+    # triangle (cholesky, eigh); eigen/singular vectors enter through quantities their signs do
+    # not change (Note [Gauge of decompositions] in ops/decomp.py), as torch's OpInfos do.
+    "linalg_inv": lambda: [Sample(t(3, 3), ref=np.linalg.inv),
+                           Sample(t(2, 3, 3), ref=np.linalg.inv, desc="batch")],
+    "linalg_det": lambda: [Sample(t(3, 3), ref=np.linalg.det),
+                           Sample(t(2, 2, 2), ref=np.linalg.det, desc="batch"),
+                           Sample(t(1, 1), ref=np.linalg.det, desc="1x1")],
+    "linalg_slogdet": lambda: [Sample(t(3, 3), ref=lambda a: np.linalg.slogdet(a)[0]),
+                               Sample(t(2, 3, 3), call=lambda op, a: op(a).logabsdet,
+                                      ref=lambda a: np.linalg.slogdet(a)[1], desc="batch, logabsdet")],
+    "linalg_solve": lambda: [Sample(t(3, 3), t(3), ref=np.linalg.solve),
+                             Sample(t(2, 3, 3), t(3, 2), ref=np.linalg.solve, desc="batch broadcast"),
+                             Sample(t(2, 3, 3), t(2, 3), ref=lambda a, b: np.linalg.solve(a, b[..., None])[..., 0],
+                                    desc="batch of vectors"),
+                             Sample(t(3, 3), t(2, 3), kwargs={"left": False},
+                                    ref=lambda a, b: np.linalg.solve(a.T, b.T).T, desc="left=False")],
+    "linalg_cholesky": lambda: [
+        Sample(t(3, 5), call=lambda op, a: op(a @ a.mT), ref=lambda a: np.linalg.cholesky(a @ a.T)),
+        Sample(t(2, 3, 5), call=lambda op, a: op(a @ a.mT, upper=True),
+               ref=lambda a: np.swapaxes(np.linalg.cholesky(a @ np.swapaxes(a, -1, -2)), -1, -2),
+               desc="batch, upper")],
+    "linalg_qr": lambda: [
+        Sample(t(4, 3), call=lambda op, a: tuple(x * x for x in op(a)), ref=lambda a: np.linalg.qr(a)[0] ** 2),
+        Sample(t(3, 4), call=lambda op, a: tuple(x * x for x in op(a)), ref=lambda a: np.linalg.qr(a)[0] ** 2,
+               desc="wide"),
+        Sample(t(2, 3, 3), call=lambda op, a: tuple(x * x for x in op(a, mode="complete")),
+               ref=lambda a: np.linalg.qr(a)[0] ** 2, desc="batch, complete")],
+    "linalg_eigh": lambda: [
+        Sample(t(3, 3), call=lambda op, a: (lambda r: (r.eigenvalues, r.eigenvectors * r.eigenvectors))(op(a + a.mT)),
+               ref=lambda a: np.linalg.eigvalsh(a + a.T)),
+        Sample(t(2, 3, 3), call=lambda op, a: op(a + a.mT, UPLO="U").eigenvalues,
+               ref=lambda a: np.linalg.eigvalsh(a + np.swapaxes(a, -1, -2)), desc="batch, eigenvalues, UPLO=U")],
+    "linalg_svd": lambda: [
+        Sample(t(4, 3), call=lambda op, a: _svd_invariants(op(a, full_matrices=False)),
+               ref=lambda a: np.linalg.svd(a, compute_uv=False)),
+        Sample(t(3, 4), call=lambda op, a: _svd_invariants(op(a)),
+               ref=lambda a: np.linalg.svd(a, compute_uv=False), desc="wide, full_matrices"),
+        Sample(t(2, 4, 3), call=lambda op, a: _svd_invariants(op(a)),
+               ref=lambda a: np.linalg.svd(a, compute_uv=False), desc="batch, tall, full_matrices"),
+        Sample(t(3, 3), call=lambda op, a: op(a).S, ref=lambda a: np.linalg.svd(a, compute_uv=False),
+               desc="singular values alone")],
+    "linalg_pinv": lambda: [Sample(t(4, 3), ref=np.linalg.pinv), Sample(t(3, 4), ref=np.linalg.pinv, desc="wide"),
+                            Sample(t(2, 3, 3), ref=np.linalg.pinv, desc="batch"),
+                            Sample(t(3, 3), call=lambda op, a: op(a + a.mT, hermitian=True),
+                                   ref=lambda a: np.linalg.pinv(a + a.T), desc="hermitian")],
+    "linalg_vector_norm": lambda: [
+        Sample(t(2, 3), ref=lambda a: np.sqrt((a * a).sum())),
+        Sample(t(2, 3), args=(1.5, 1), ref=lambda a: (np.abs(a) ** 1.5).sum(1) ** (1 / 1.5), desc="ord 1.5, dim 1"),
+        Sample(distinct(2, 3), kwargs={"ord": math.inf, "dim": (0, 1), "keepdim": True},
+               ref=lambda a: np.abs(a).max(keepdims=True), desc="inf, keepdim")],
+    "linalg_matrix_norm": lambda: [
+        Sample(t(2, 3, 3), kwargs={"ord": o}, ref=lambda a, o=o: np.linalg.norm(a, o, axis=(-2, -1)),
+               desc=f"ord={o}")
+        for o in ("fro", "nuc", 2, -2)] + [
+        # (continuous magnitudes: sums of |a| do not tie, as they can with distinct()'s grid)
+        Sample(t(3, 4), kwargs={"ord": o}, ref=lambda a, o=o: np.linalg.norm(a, o), desc=f"ord={o}")
+        for o in (1, -1, math.inf, -math.inf)] + [
+        Sample(t(3, 2, 3), kwargs={"ord": "nuc", "dim": (0, 2), "keepdim": True},
+               ref=lambda a: np.linalg.norm(a, "nuc", axis=(0, 2), keepdims=True),
+               desc="nuc, dims (0, 2), keepdim")],
+    "linalg_norm": lambda: [Sample(t(2, 3), ref=lambda a: np.sqrt((a * a).sum())),
+                            Sample(t(3, 3), args=("nuc",), ref=lambda a: np.linalg.norm(a, "nuc"), desc="nuc"),
+                            Sample(t(2, 3), kwargs={"dim": 1}, ref=lambda a: np.linalg.norm(a, axis=1),
+                                   desc="dim 1")],
     "amax": lambda: [Sample(distinct(3, 4), args=(1,), ref=lambda a: a.max(1)),
                      Sample(distinct(2, 3), ref=lambda a: a.max(), desc="all dims"),
                      Sample(distinct(2, 3, 2), kwargs={"dim": (0, 2), "keepdim": True},
@@ -322,6 +442,76 @@ SAMPLES: dict[str, Callable[[], list]] = {
         Sample(distinct(2, 3), args=(float("inf"),), kwargs={"dim": 1}, ref=lambda a: np.abs(a).max(1), desc="p=inf"),
         Sample(t(2, 3), args=(3,), ref=lambda a: (np.abs(a) ** 3).sum() ** (1 / 3), desc="p=3"),
     ],
+    # products, scans and order statistics (ops/scan.py, ops/order.py)
+    "prod": lambda: [
+        Sample(t(2, 3), ref=np.prod, desc="all"),
+        Sample(t(2, 3), args=(1,), kwargs={"keepdim": True}, ref=lambda a: a.prod(1, keepdims=True),
+               desc="dim keepdim"),
+        Sample(_with_zeros(t(3, 4), [(0, 1)]), args=(1,), ref=lambda a: a.prod(1), desc="one zero"),
+        Sample(_with_zeros(t(3, 4), [(0, 1), (0, 3), (2, 0)]), args=(1,), ref=lambda a: a.prod(1),
+               desc="two zeros in a slice"),
+        Sample(_with_zeros(t(2, 3), [(1, 2)]), ref=np.prod, desc="all, one zero"),
+        Sample(_with_zeros(t(2, 3), [(1, 2), (0, 0)]), ref=np.prod, desc="all, two zeros"),
+        Sample(t(), args=(0,), ref=np.prod, desc="0-d"),
+    ],
+    "cumprod": lambda: [
+        Sample(t(2, 4), args=(1,), ref=lambda a: np.cumprod(a, 1)),
+        Sample(_with_zeros(t(3, 4), [(0, 1), (1, 3), (2, 0), (2, 2)]), args=(1,), ref=lambda a: np.cumprod(a, 1),
+               desc="zeros: one per row, two in a row"),
+        Sample(t(3, 2), kwargs={"dim": 0}, ref=lambda a: np.cumprod(a, 0), desc="dim=0"),
+    ],
+    "cummax": lambda: [Sample(distinct(3, 4), args=(1,), call=lambda op, a: op(a, 1).values,
+                              ref=lambda a: np.maximum.accumulate(a, 1)),
+                       Sample(distinct(4), call=lambda op, a: op(a, 0).indices, grad=False, desc="indices")],
+    "cummin": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a, 0)[0],
+                              ref=lambda a: np.minimum.accumulate(a, 0))],
+    "logcumsumexp": lambda: [Sample(t(2, 4), args=(1,), ref=lambda a: np.logaddexp.accumulate(a, 1)),
+                             Sample(t(3), args=(0,), ref=lambda a: np.log(np.cumsum(np.exp(a))), desc="1-d")],
+    "aminmax": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a).min, ref=np.min, desc="min"),
+                        Sample(distinct(3, 4), call=lambda op, a: op(a, dim=1, keepdim=True).max,
+                               ref=lambda a: a.max(1, keepdims=True), desc="max dim keepdim"),
+                        Sample(distinct(3, 4), call=lambda op, a: op(a, dim=0)[0] * op(a, dim=0)[1],
+                               ref=lambda a: a.min(0) * a.max(0), desc="both")],
+    "median": lambda: [Sample(distinct(3, 4), ref=lambda a: np.sort(a, None)[5], desc="all, lower median"),
+                       Sample(distinct(3, 5), call=lambda op, a: op(a, dim=1).values,
+                              ref=lambda a: np.median(a, 1), desc="dim"),
+                       Sample(distinct(4, 3), call=lambda op, a: op(a, 0, True).indices, grad=False,
+                              ref=lambda a: np.argsort(a, 0)[1:2], desc="indices keepdim")],
+    "nanmedian": lambda: [Sample(distinct(3, 3), ref=np.median, desc="all"),
+                          Sample(distinct(3, 5), call=lambda op, a: op(a, 1)[0], ref=lambda a: np.median(a, 1),
+                                 desc="dim")],
+    "nansum": lambda: [Sample(t(2, 3), ref=np.sum, desc="all"),
+                       Sample(t(2, 3), args=(1,), kwargs={"keepdim": True}, ref=lambda a: a.sum(1, keepdims=True),
+                              desc="dim keepdim"),
+                       Sample(t(2, 3), call=lambda op, a: op(a.where(a > 0.0, math.nan)), desc="NaN where x < 0")],
+    "nanmean": lambda: [Sample(t(2, 3), ref=np.mean, desc="all"),
+                        Sample(t(2, 3), call=lambda op, a: op(a.where(engine.tensor(_SOME, device=a.device),
+                                                                        math.nan), 1),
+                               ref=lambda a: np.nanmean(np.where(_SOME, a, np.nan), 1), desc="NaN in each row")],
+    "topk": lambda: [Sample(distinct(3, 5), call=lambda op, a: op(a, 2).values, ref=lambda a: -np.sort(-a, 1)[:, :2]),
+                     Sample(distinct(4, 3), call=lambda op, a: op(a, 3, dim=0, largest=False)[0],
+                            ref=lambda a: np.sort(a, 0)[:3], desc="smallest, dim 0"),
+                     Sample(distinct(5), call=lambda op, a: op(a, 2).indices, grad=False,
+                            ref=lambda a: np.argsort(-a)[:2], desc="indices")],
+    "kthvalue": lambda: [Sample(distinct(3, 5), call=lambda op, a: op(a, 2).values, ref=lambda a: np.sort(a, 1)[:, 1]),
+                         Sample(distinct(4, 3), call=lambda op, a: op(a, 4, 0, True)[0],
+                                ref=lambda a: a.max(0, keepdims=True),
+                                desc="dim 0 keepdim")],
+    "mode": lambda: [Sample(distinct(3, 4), call=lambda op, a: op(a).values, ref=lambda a: a.min(1),
+                            desc="all distinct: the smallest"),
+                     Sample(engine.tensor([[0.5, 1.5, 0.5, 2.5], [3.0, -1.0, -1.0, 3.0]], dtype=engine.float64),
+                            call=lambda op, a: op(a).indices, ref=lambda a: np.array([2, 2]), grad=False,
+                            desc="ties: the last position")],
+    "var_mean": lambda: [Sample(t(2, 3), call=lambda op, a: op(a)[0], ref=lambda a: a.var(ddof=1), desc="var"),
+                         Sample(t(2, 3), call=lambda op, a: op(a, 1, keepdim=True)[1],
+                                ref=lambda a: a.mean(1, keepdims=True),
+                                desc="mean dim keepdim"),
+                         Sample(t(2, 3, 2),
+                                call=lambda op, a: op(a, (0, 2), correction=0)[0] * op(a, (0, 2), correction=0)[1],
+                                ref=lambda a: a.var((0, 2)) * a.mean((0, 2)), desc="both, correction 0")],
+    "std_mean": lambda: [Sample(t(2, 3), call=lambda op, a: op(a)[0], ref=lambda a: a.std(ddof=1), desc="std"),
+                         Sample(t(2, 3), call=lambda op, a: op(a, 0, unbiased=False)[0] + op(a, 0, unbiased=False)[1],
+                                ref=lambda a: a.std(0) + a.mean(0), desc="both, biased")],
     # linalg
     "matmul": lambda: [
         Sample(t(2, 3), t(3, 2), ref=np.matmul),
@@ -441,3 +631,19 @@ SAMPLES: dict[str, Callable[[], list]] = {
                desc="sum, constant target"),
     ],
 }
+
+
+def _index_samples() -> dict:
+    """The indexing and shape ops of issue 31, item 4 (ops/scatter.py, ops/rearrange.py), from
+    samples_index.py, loaded by its path: tests/devices loads this file by path too."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).with_name("samples_index.py")
+    spec = importlib.util.spec_from_file_location("_samples_index", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.make(Sample, t, distinct)
+
+
+SAMPLES.update(_index_samples())

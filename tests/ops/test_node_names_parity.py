@@ -6,6 +6,7 @@ in docs/parity.md ("Node names"), which this test reads. Skipped without torch."
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -29,6 +30,22 @@ def _both(fn_name):
 def _f(tg_fn, torch_fn):
     """A call spelled differently: tg_fn for threadgrad tensors, torch_fn for torch's."""
     return lambda *ts: (tg_fn if isinstance(ts[0], tg.Tensor) else torch_fn)(*ts)
+
+
+def _lib(t):
+    return tg if isinstance(t, tg.Tensor) else torch
+
+
+def _quiet(fn, *args):
+    """``fn(*args)`` without the deprecation warning torch gives (torch.cholesky)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return fn(*args)
+
+
+def _linalg(fn_name):
+    """A call to ``tg.linalg.fn_name`` or ``torch.linalg.fn_name``, by the first tensor's library."""
+    return lambda *ts: getattr(_lib(ts[0]).linalg, fn_name)(*ts)
 
 
 # op (a name of ops.REGISTRY) -> {case: (call, shapes of its float64 inputs)}
@@ -82,8 +99,58 @@ CASES = {
     "dot": {"dot": (_both("dot"), [(4,), (4,)])},
     "mv": {"mv": (_both("mv"), [(3, 4), (4,)])},
     "outer": {"outer": (_both("outer"), [(3,), (4,)])},
+    # linear algebra (issue 31)
+    "vdot": {"vdot": (_both("vdot"), [(4,), (4,)])},
+    "addmm": {"addmm": (lambda i, a, b: i.addmm(a, b, beta=0.5), [(3,), (2, 4), (4, 3)])},
+    "addmv": {"addmv": (_both("addmv"), [(2,), (2, 4), (4,)])},
+    "baddbmm": {"baddbmm": (_both("baddbmm"), [(2, 3, 2), (2, 3, 4), (2, 4, 2)])},
+    "tensordot": {"tensordot": (_both("tensordot"), [(2, 3, 4), (3, 4, 2)]),
+                  "tensordot dim lists": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).tensordot(
+                      a, b, ([0], [1])), [(2, 3), (4, 2)])},
+    "kron": {"kron": (_both("kron"), [(2, 3), (3, 2)])},
+    "einsum": {"einsum mm": (lambda a, b: (tg if isinstance(a, tg.Tensor) else torch).einsum("ij,jk->ik", a, b),
+                             [(2, 3), (3, 4)]),
+               "einsum trace": (lambda a: (tg if isinstance(a, tg.Tensor) else torch).einsum("ii", a), [(3, 3)])},
+    "linalg_inv": {"linalg.inv": (_linalg("inv"), [(3, 3)]), "inverse": (_both("inverse"), [(3, 3)])},
+    "linalg_det": {"linalg.det": (_linalg("det"), [(2, 3, 3)]), "det": (_both("det"), [(3, 3)])},
+    "linalg_slogdet": {"linalg.slogdet": (lambda a: _lib(a).linalg.slogdet(a).logabsdet, [(3, 3)]),
+                       "logdet": (lambda a: _lib(a).logdet(a @ a.mT), [(3, 3)])},
+    "linalg_solve": {"linalg.solve": (_linalg("solve"), [(3, 3), (3,)])},
+    "linalg_cholesky": {"linalg.cholesky": (lambda a: _lib(a).linalg.cholesky(a @ a.mT), [(3, 5)]),
+                        "cholesky": (lambda a: _quiet(_lib(a).cholesky, a @ a.mT), [(3, 5)])},
+    "linalg_qr": {"linalg.qr": (lambda a: _lib(a).linalg.qr(a).R, [(4, 3)])},
+    "linalg_eigh": {"linalg.eigh": (lambda a: _lib(a).linalg.eigh(a + a.mT).eigenvalues, [(3, 3)]),
+                    "linalg.eigvalsh": (lambda a: _lib(a).linalg.eigvalsh(a + a.mT), [(3, 3)])},
+    "linalg_svd": {"linalg.svd": (lambda a: _lib(a).linalg.svd(a).S, [(4, 3)]),
+                   "linalg.svdvals": (lambda a: _lib(a).linalg.svdvals(a), [(4, 3)]),
+                   "svd V": (lambda a: _lib(a).svd(a)[2], [(4, 3)])},
+    "linalg_pinv": {"linalg.pinv": (_linalg("pinv"), [(4, 3)]), "pinverse": (_both("pinverse"), [(4, 3)])},
+    "linalg_vector_norm": {"linalg.vector_norm": (_linalg("vector_norm"), [(2, 3)])},
+    "linalg_matrix_norm": {f"linalg.matrix_norm {o}": (lambda a, o=o: _lib(a).linalg.matrix_norm(a, o), [(2, 3, 3)])
+                           for o in ("fro", "nuc", 2, -2, 1, -1, float("inf"), -float("inf"))},
+    "linalg_norm": {"linalg.norm": (_linalg("norm"), [(2, 3)]),
+                    "linalg.norm nuc": (lambda a: _lib(a).linalg.norm(a, "nuc"), [(3, 3)])},
     "amax": {"amax": (lambda a: a.amax(1), [(2, 3)])},
     "sort": {"sort": (lambda a: a.sort(1)[0], [(2, 3)]), "sort stable": (lambda a: a.sort(stable=True)[0], [(2, 3)])},
+    # ops/scan.py, ops/order.py
+    "prod": {"prod": (lambda a: a.prod(), [(2, 3)]), "prod dim": (lambda a: a.prod(1, keepdim=True), [(2, 3)])},
+    "cumprod": {"cumprod": (lambda a: a.cumprod(1), [(2, 3)])},
+    "cummax": {"cummax": (lambda a: a.cummax(1).values, [(2, 3)])},
+    "cummin": {"cummin": (lambda a: a.cummin(0)[0], [(2, 3)])},
+    "logcumsumexp": {"logcumsumexp": (lambda a: a.logcumsumexp(1), [(2, 3)])},
+    "aminmax": {"aminmax": (lambda a: a.aminmax().min, [(2, 3)]),
+                "aminmax dim": (lambda a: a.aminmax(dim=1).max, [(2, 3)])},
+    "median": {"median": (lambda a: a.median(), [(2, 3)]), "median dim": (lambda a: a.median(dim=0).values, [(2, 3)])},
+    "nanmedian": {"nanmedian": (lambda a: a.nanmedian(), [(2, 3)]),
+                  "nanmedian dim": (lambda a: a.nanmedian(1)[0], [(2, 3)])},
+    "nansum": {"nansum": (lambda a: a.nansum(), [(2, 3)]), "nansum dim": (lambda a: a.nansum(1), [(2, 3)])},
+    "nanmean": {"nanmean": (lambda a: a.nanmean(1), [(2, 3)])},
+    "topk": {"topk": (lambda a: a.topk(2).values, [(2, 3)]), "topk 0-d": (lambda a: a.topk(1)[0], [()])},
+    "kthvalue": {"kthvalue": (lambda a: a.kthvalue(2, 1).values, [(2, 3)])},
+    "mode": {"mode": (lambda a: a.mode(1).values, [(2, 3)])},
+    "var_mean": {"var_mean": (lambda a: _both("var_mean")(a, 1)[0], [(2, 3)]),
+                 "var_mean mean": (lambda a: _both("var_mean")(a)[1], [(2, 3)])},
+    "std_mean": {"std_mean": (lambda a: _both("std_mean")(a, 0, keepdim=True)[1], [(2, 3)])},
     "amin": {"amin": (lambda a: a.amin(1), [(2, 3)])},
     "atan2": {"atan2": (_both("atan2"), [(3,), (3,)])},
     "hypot": {"hypot": (_both("hypot"), [(3,), (3,)])},
@@ -145,6 +212,11 @@ CASES = {
     "to": {"to dtype": (lambda a: a.to(tg.float32 if isinstance(a, tg.Tensor) else torch.float32), [(3,)])},
 }
 
+# the indexing and shape ops of issue 31, item 4 (ops/scatter.py, ops/rearrange.py)
+from index_parity_cases import NODE_CASES as _INDEX_CASES  # noqa: E402 - needs torch, imported above
+
+CASES.update(_INDEX_CASES)
+
 # case -> why threadgrad's node has another name. Each is in docs/parity.md too.
 EXCEPTIONS = {
     "matmul batched": "torch folds the batch into a bmm wrapped in reshapes (UnsafeViewBackward0 on top); one "
@@ -156,6 +228,9 @@ EXCEPTIONS = {
                      "NllLossBackward0 over LogSoftmaxBackward0",
     "conv2d": "composed of ops (an im2col view, matmul, a reshape: ViewBackward0 on top); torch has one "
               "ConvolutionBackward0",
+    "einsum mm": "one EinsumBackward0 (numpy's einsum); torch lowers to permutes, reshapes and bmm "
+                 "(ViewBackward0 on top)",
+    "einsum trace": "one EinsumBackward0; torch takes a diagonal view and sums it (SumBackward1 on top)",
 }
 
 

@@ -180,6 +180,23 @@ STRUCTURED = {
     "expand": (lambda x: x[:1].expand(4, 3), lambda x: x[:1].expand(4, 3), (ROWS,)),
     "reshape": (lambda x: x.T.reshape(-1), lambda x: x.T.reshape(-1), (ROWS,)),
     "where": (lambda x: tg.where(x > 0.5, x, x * x), lambda x: torch.where(x > 0.5, x, x * x), (ROWS,)),
+    # linear algebra (issue 31): beta=0 does not read input (its NaN stay out), alpha=0 the factors
+    "addmm": (lambda x, w: tg.addmm(x[:, :2], x, w) + tg.addmm(x[:, :2], x, w, beta=0, alpha=2.0),
+              lambda x, w: torch.addmm(x[:, :2], x, w) + torch.addmm(x[:, :2], x, w, beta=0, alpha=2.0), (ROWS, W)),
+    "addmm alpha=0": (lambda x, w: tg.addmm(x[:, :2], x, w, alpha=0),
+                      lambda x, w: torch.addmm(x[:, :2], x, w, alpha=0), (ROWS, W)),
+    "addmv": (lambda x, w: tg.addmv(x[:, 0], x, w[:, 0], beta=0) + tg.addmv(x[:, 1], x, w[:, 1], alpha=0.5),
+              lambda x, w: torch.addmv(x[:, 0], x, w[:, 0], beta=0) + torch.addmv(x[:, 1], x, w[:, 1], alpha=0.5),
+              (ROWS, W)),
+    "baddbmm": (lambda x, w: tg.baddbmm(x.reshape(2, 4, 3)[:, :, :2], x.reshape(2, 4, 3), w.expand(2, 3, 2), beta=0),
+                lambda x, w: torch.baddbmm(x.reshape(2, 4, 3)[:, :, :2], x.reshape(2, 4, 3), w.expand(2, 3, 2),
+                                           beta=0), (ROWS, W)),
+    "vdot kron tensordot": (lambda x, w: tg.vdot(x[:, 0], x[:, 2]) + tg.kron(x[:3], w).sum()
+                            + tg.tensordot(x, w, 1).sum(),
+                            lambda x, w: torch.vdot(x[:, 0], x[:, 2]) + torch.kron(x[:3], w).sum()
+                            + torch.tensordot(x, w, 1).sum(), (ROWS, W)),
+    "einsum": (lambda x, w: tg.einsum("ij,jk->ik", x, w) + tg.einsum("ij->i", x)[:, None],
+               lambda x, w: torch.einsum("ij,jk->ik", x, w) + torch.einsum("ij->i", x)[:, None], (ROWS, W)),
 }
 
 
@@ -194,6 +211,11 @@ def test_products_losses_and_indexing_at_special_values(name):
 IMG = [[[[0.0, 1.0, -1.0], [INF, 2.0, 2.0], [NAN, 0.5, -INF]]]]  # (1, 1, 3, 3)
 KERNEL = [[[[1.0, 0.0], [-2.0, 0.5]]]]  # (1, 1, 2, 2)
 
+# 2x2 matrices: zero, rank one (det exactly 0), ties of column and row sums, invertible, NaN, inf
+SQUARES = [[[0.0, 0.0], [0.0, 0.0]], [[1.0, 2.0], [2.0, 4.0]], [[1.0, -2.0], [2.0, 1.0]], [[3.0, 1.0], [1.0, 2.0]],
+           [[2.0, 1.0], [0.5, 3.0]], [[1.0, NAN], [NAN, 1.0]], [[INF, 0.0], [0.0, 1.0]]]
+MATRIX_ORDERS = ("fro", "nuc", 2, -2, 1, -1, INF, -INF)
+
 MORE = {
     "conv2d": (lambda x, k: tg.nn.functional.conv2d(x, k), lambda x, k: torch.nn.functional.conv2d(x, k),
                (IMG, KERNEL)),
@@ -203,12 +225,52 @@ MORE = {
     "sort descending dim 0": (lambda x: x.sort(0, descending=True)[0], lambda x: x.sort(0, descending=True)[0],
                               (ROWS,)),
     "amin": (lambda x: x.amin(1), lambda x: x.amin(1), (ROWS,)),
+    # ops/scan.py, ops/order.py (the indices' ties and NaN: tests/ops/test_scan_ops.py)
+    **{f"{name} dim 1": (lambda x, name=name: getattr(x, name)(1), lambda x, name=name: getattr(x, name)(1), (ROWS,))
+       for name in ("prod", "cumprod", "logcumsumexp", "nansum", "nanmean")},
+    **{f"{name} all": (lambda x, name=name: getattr(x, name)(), lambda x, name=name: getattr(x, name)(), (ROWS,))
+       for name in ("prod", "median", "nanmedian", "nansum")},
+    **{f"{name} dim 1": (lambda x, name=name: getattr(x, name)(1)[0], lambda x, name=name: getattr(x, name)(1)[0],
+                         (ROWS,)) for name in ("cummax", "cummin", "median", "nanmedian")},
+    "mode dim 1": (lambda x: x.mode(1)[0], lambda x: x.mode(1)[0], (ROWS,)),
+    "prod dim 0": (lambda x: x.prod(0), lambda x: x.prod(0), (ROWS,)),
+    "cumprod dim 0": (lambda x: x.cumprod(0), lambda x: x.cumprod(0), (ROWS,)),
+    "aminmax": (lambda x: tg.stack(x.aminmax(dim=1)), lambda x: torch.stack(x.aminmax(dim=1)), (ROWS,)),
+    "aminmax all": (lambda x: tg.stack(x.aminmax()), lambda x: torch.stack(x.aminmax()), (ROWS,)),
+    "topk": (lambda x: x.topk(2, 1).values, lambda x: x.topk(2, 1).values, (ROWS,)),
+    "topk smallest": (lambda x: x.topk(1, 1, largest=False).values, lambda x: x.topk(1, 1, largest=False).values,
+                      (ROWS,)),
+    "kthvalue": (lambda x: x.kthvalue(2, 1).values, lambda x: x.kthvalue(2, 1).values, (ROWS,)),
+    "var_mean": (lambda x: tg.stack(tg.var_mean(x, 1)), lambda x: torch.stack(torch.var_mean(x, 1)), (ROWS,)),
+    "std_mean": (lambda x: tg.stack(tg.std_mean(x, 1)), lambda x: torch.stack(torch.std_mean(x, 1)), (ROWS,)),
     "bmm": (lambda x, w: tg.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)),
             lambda x, w: torch.bmm(x.reshape(2, 4, 3), (w @ w.T).reshape(1, 3, 3).expand(2, 3, 3)), (ROWS, W)),
     "dot mv outer": (lambda x: tg.dot(x[:, 0], x[:, 1]) + tg.mv(x, x[0]).sum() + tg.outer(x[0], x[1]).sum(),
                      lambda x: torch.dot(x[:, 0], x[:, 1]) + torch.mv(x, x[0]).sum() + torch.outer(x[0], x[1]).sum(),
                      (ROWS,)),
     "split": (lambda x: tg.split(x, 2)[1], lambda x: torch.split(x, 2)[1], (ROWS,)),
+    # tg.linalg (issue 31): singular and rank-deficient matrices, ties of the 1- and inf-norms,
+    # zero matrices, NaN (which LAPACK passes through)
+    "linalg_det": (lambda a: tg.linalg.det(a), lambda a: torch.linalg.det(a), (SQUARES,)),
+    "linalg_inv linalg_solve": (lambda a: tg.linalg.inv(a[4:]) + tg.linalg.solve(a[4:], a[4:, 0]).unsqueeze(-1),
+                                lambda a: torch.linalg.inv(a[4:]) + torch.linalg.solve(a[4:], a[4:, 0]).unsqueeze(-1),
+                                (SQUARES,)),
+    "linalg_slogdet": (lambda a: tg.linalg.slogdet(a[2:]).logabsdet, lambda a: torch.linalg.slogdet(a[2:]).logabsdet,
+                       (SQUARES,)),
+    "linalg_matrix_norm": (lambda a: tg.stack([tg.linalg.matrix_norm(a[:4], o) for o in MATRIX_ORDERS]),
+                           lambda a: torch.stack([torch.linalg.matrix_norm(a[:4], o) for o in MATRIX_ORDERS]),
+                           (SQUARES,)),
+    "linalg_norm linalg_vector_norm": (lambda a: tg.linalg.norm(a[:4], dim=(1, 2))
+                                       + tg.linalg.vector_norm(a[:4], 3.0, (1, 2)),
+                                       lambda a: torch.linalg.norm(a[:4], dim=(1, 2))
+                                       + torch.linalg.vector_norm(a[:4], 3.0, (1, 2)), (SQUARES,)),
+    "linalg_svd linalg_pinv": (lambda a: tg.linalg.pinv(a[:4]) + tg.linalg.svdvals(a[:4]).sum(),
+                               lambda a: torch.linalg.pinv(a[:4]) + torch.linalg.svdvals(a[:4]).sum(), (SQUARES,)),
+    "linalg_eigh linalg_cholesky": (lambda a: tg.linalg.eigvalsh(a[4:])
+                                    + tg.linalg.cholesky(a[2:4] @ a[2:4].mT + 1.0).sum(),
+                                    lambda a: torch.linalg.eigvalsh(a[4:])
+                                    + torch.linalg.cholesky(a[2:4] @ a[2:4].mT + 1.0).sum(), (SQUARES,)),
+    "linalg_qr": (lambda a: tg.linalg.qr(a[2:4])[1] ** 2, lambda a: torch.linalg.qr(a[2:4])[1] ** 2, (SQUARES,)),
     "clone": (lambda x: x.clone(), lambda x: x.clone(), (ROWS,)),
     "to float32": (lambda x: x.to(tg.float32).to(tg.float64), lambda x: x.to(torch.float32).to(torch.float64),
                    (ROWS,)),
@@ -244,14 +306,23 @@ def test_layer_norm_at_special_values():
 def test_every_op_of_the_registry_is_checked_here():
     """Each op of ops.REGISTRY runs at special values in one of the tables above but dropout,
     whose mask is random (its gradient is g times the mask, as mul's, which is here)."""
-    covered = {"abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
+    covered = {"prod", "cumprod", "cummax", "cummin", "logcumsumexp", "aminmax", "median", "nanmedian", "nansum",
+               "nanmean", "topk", "kthvalue", "mode", "var_mean", "std_mean",  # ops/scan.py, ops/order.py
+               "abs", "relu", "neg", "exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "gelu",
                "softplus", "clamp", "pow", "maximum", "add", "sub", "mul", "div", "minimum", "where", "mse_loss",
                "sum", "mean", "max", "min", "logsumexp", "softmax", "log_softmax", "var", "std", "norm",
                "matmul", "linear", "layer_norm", "cross_entropy",
                "log1p", "expm1", "log2", "log10", "exp2", "rsqrt", "reciprocal", "square", "sinh", "cosh", "asin",
                "acos", "atan", "asinh", "acosh", "atanh", "floor", "ceil", "trunc", "round", "sign", "frac",
                "remainder", "floor_divide", "cumsum", "atan2", "hypot", "fmod", "clamp_min", "clamp_max", "lerp",
-               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
+               "addcmul", "addcdiv", "amax", "amin", "bmm", "dot", "mv", "outer",
+               "vdot", "addmm", "addmv", "baddbmm", "tensordot", "kron", "einsum", "linalg_inv", "linalg_det",
+               "linalg_slogdet", "linalg_solve", "linalg_cholesky", "linalg_qr", "linalg_eigh", "linalg_svd",
+               "linalg_pinv", "linalg_vector_norm", "linalg_matrix_norm", "linalg_norm", "sort", "getitem", "gather", "cat", "stack", "expand", "reshape",
                "conv2d", "split", "clone", "to", "index_put", "transpose", "dropout", "permute", "squeeze",
                "unsqueeze"}
+    # the indexing and shape ops of issue 31, item 4: at special values in test_index_shape_parity.py
+    from index_parity_cases import SPECIAL as index_ops
+
+    covered |= set(index_ops)
     assert set(ops.REGISTRY) <= covered, set(ops.REGISTRY) - covered
