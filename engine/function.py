@@ -255,6 +255,17 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
                     dirty_views[id(o)] = base
                 else:
                     dirty_others.append(o)
+    if dirty_views and len(outs) > 1:
+        # torch's refusal: the base's CopySlices wraps this node and takes one output's
+        # gradient (Note [CopySlices] in ops/views.py), so the other outputs' gradients would
+        # run this node a second time.
+        raise RuntimeError(
+            "If your Function modifies inplace an input that is a view of another Tensor, your Function cannot "
+            "return more than one Tensor. This is not supported by the current autograd engine. You should either "
+            "make sure the input is not a view (using .clone() for example) or make your Function only return one "
+            "Tensor (potentially splitting it into two Functions: one doing the inplace that returns a single "
+            "Tensor and a second one that does the other operations)."
+        )
     for o in outs:
         if id(o) in dirty_views and o._grad_fn is not None and o._base._grad_fn is not None:
             # torch's CopySlices sends the gradient of the view's elements straight to its base's
@@ -317,7 +328,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
     for o, i, base, idx in rebased:
         # As a built-in in-place op on a view does (ops/inplace.py's _adopt): rebase the base,
         # start a new generation, then give the view its history anew from the rebased base.
-        rebase_dirty(ctx, i, o, base, idx)
+        rebase_dirty(ctx, i, o, base, idx, next(k for k, a in enumerate(input_args) if a is o))
         next_generation(o)
         regenerate(o)
     ctx._out_meta = tuple(out_meta)
@@ -334,8 +345,7 @@ def _link(ctx: FunctionCtx, args: tuple, outs: list) -> None:
 
 def _check_dirty(o: Tensor, is_input: bool) -> None:
     """torch's check on a differentiable output marked dirty that is not an input
-    (custom_function.cpp). torch also refuses a dirty view input when the Function returns
-    several outputs; the index_put rebase records that exactly, so it is allowed here."""
+    (custom_function.cpp); a dirty view input with several outputs is refused in :func:`_link`."""
     is_view = o._base is not None
     if not is_input:
         msg = ("ctx.mark_dirty() received a tensor that was not an input. Only input Tensors that have been "

@@ -14,6 +14,7 @@ import numpy
 from .. import devices
 from ..engine.tensor import Tensor, _wrap
 
+from ..engine.graph import NO_EDGE
 from ..engine.versions import make_view, mark_view_node
 from ._core import (Node, as_operand, cast, check_tensor, const, device_error, fit, normalize_dim,
                     record, record_unary, register, tls)
@@ -206,6 +207,47 @@ def _basic_node_cls(idx: Any, shape: tuple) -> type:
     return AliasBackward0
 
 
+def _basic_steps(idx: Any, shape: tuple) -> list | None:
+    """torch's nodes for a basic index of several parts that do something, left to right: one
+    ``(node class, index of one part over the dims before it)`` per part, skipping Ellipsis and
+    the slices that cover their whole dim (torch's applySlicing). None when at most one part
+    does something: then one node takes the whole index (:func:`_basic_node_cls`)."""
+    if not isinstance(idx, tuple) or len(idx) < 2:
+        return None
+    named = sum(1 for p in idx if p is not None and p is not Ellipsis)
+    steps, d, cur = [], 0, list(shape)  # d: the dim of the current result the next part applies to
+    for p in idx:
+        lead = (slice(None),) * d
+        if p is Ellipsis:
+            d += len(shape) - named
+        elif p is None:
+            steps.append((UnsqueezeBackward0, lead + (None,)))
+            cur.insert(d, 1)
+            d += 1
+        elif isinstance(p, slice):
+            if p.indices(cur[d]) != (0, cur[d], 1):
+                steps.append((SliceBackward0, lead + (p,)))
+                cur[d] = len(range(*p.indices(cur[d])))
+            d += 1
+        else:
+            steps.append((SelectBackward0, lead + (p,)))
+            del cur[d]
+    return steps if len(steps) > 1 else None
+
+
+def _basic_chain(x: Tensor, steps: list) -> tuple:
+    """Record ``steps`` (of :func:`_basic_steps`) from ``x`` on, each over the one before;
+    return the last result (it stands for the intermediate tensor in the graph) and its shape."""
+    cur = x
+    for node_cls, step in steps:
+        part = _wrap(cur._data[step + (Ellipsis,)], x.device)  # (Ellipsis: a 0-d view, not a scalar)
+        node = node_cls()
+        node.in_shape, node.index, node.basic = cur.shape, step, True
+        record_unary(node, cur, part)
+        cur = part
+    return cur, cur.shape
+
+
 @register
 def getitem(x: Tensor, index: Any) -> Tensor:
     """``x[index]``: ints, slices, None, Ellipsis, boolean masks, integer arrays/tensors.
@@ -229,11 +271,19 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         make_view(out, x)  # See Note [Versions and views] in engine/versions.py
     if tls.grad_enabled and x._rg:
         if basic:
-            node = _basic_node_cls(idx, x.shape)()
+            src, in_shape, steps = x, x.shape, _basic_steps(idx, x.shape)
+            if steps is None:
+                node_cls, step = _basic_node_cls(idx, x.shape), idx
+            else:
+                # torch's chain (x[1, 0:1]: SelectBackward0, then SliceBackward0 on its result):
+                # one node per part but the last, each over the one before; the last is out's
+                src, in_shape = _basic_chain(x, steps[:-1])
+                node_cls, step = steps[-1]
+            node = node_cls()
             if view:
                 mark_view_node(node, x)
-            node.in_shape, node.index, node.basic = x.shape, idx, basic
-            record_unary(node, x, out)
+            node.in_shape, node.index, node.basic = in_shape, step, basic
+            record_unary(node, src, out)
         else:
             node = IndexBackward0()
             node.in_shape, node.basic = x.shape, basic
@@ -321,9 +371,13 @@ def index_put_zeros(g: Tensor, shape: tuple, index: Any, basic: bool, unique: bo
 class IndexPutBackward0(Node):
     __slots__ = ("index", "accumulate", "v_shape", "v_dtype")
     whole = False  # a write to every element (fill_, zero_, copy_): see the classes below
+    has_value_edge = True  # False: a number written (fill_(2.0), zero_()), so one edge only, as torch's
 
     def backward(self, g: Tensor) -> tuple:
-        ex, ev = self.next_edges
+        if not self.has_value_edge:
+            ex, ev = self.next_edges[0], NO_EDGE
+        else:
+            ex, ev = self.next_edges
         index = saved_index(self, self.index)  # raises once freed: See Note [Saved indices]
         gx = gv = None
         if ex[0] is not None:
@@ -341,7 +395,7 @@ class IndexPutBackward0(Node):
                 gx = put(g, index, zero, copy_slices=type(self) is CopySlices)
         if ev[0] is not None:
             gv = fit(getitem(g, index), self.v_shape, self.v_dtype)
-        return (gx, gv)
+        return (gx, gv) if self.has_value_edge else (gx,)
 
 
 @register
@@ -368,6 +422,7 @@ class CopySlices(IndexPutBackward0):
 class FillBackward2(IndexPutBackward0):  # fill_(number)
     __slots__ = ()
     whole = True
+    has_value_edge = False
 
 
 class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
@@ -378,6 +433,7 @@ class FillBackward3(IndexPutBackward0):  # fill_(0-d tensor), x[...] = number
 class ZeroBackward0(IndexPutBackward0):  # zero_()
     __slots__ = ()
     whole = True
+    has_value_edge = False
 
 
 class CopyBackwards(IndexPutBackward0):  # copy_(src), x[:] = tensor
@@ -414,7 +470,7 @@ def put(x: Tensor, indices: Any, values: Any, accumulate: bool = False, copy_sli
             node.index, saved = idx, run_once()
         else:
             node.index, saved = save_index(indices, idx, x)  # See Note [Saved indices]
-        record(node, (x, v), out, saved)
+        record(node, (x, v) if node.has_value_edge else (x,), out, saved)
     return out
 
 

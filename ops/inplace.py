@@ -149,10 +149,16 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     For a view, the root's history is rebased too: see Note [In-place ops on views]."""
     _check_write(self, result.dtype, result.shape, name)
     if result.dtype != self.dtype:
-        result = device.to(result, dtype=self.dtype)
+        if isinstance(result._grad_fn, elementwise._Binary):
+            # torch computes in the promoted dtype and writes into self's: no node for the cast,
+            # as a binary node casts each gradient to its operand's dtype (so a CopySlices wraps
+            # the op's own node: Note [CopySlices] in views.py)
+            result = _retyped(result, self.dtype)
+        else:
+            result = device.to(result, dtype=self.dtype)
     root = self._base
     if root is not None:
-        rebase(root, _snapshot(root), view_index(self, root), result)
+        rebase(root, root, view_index(self, root), result, view=self)  # See Note [CopySlices] in views.py
     self._data[...] = result._data
     _bump(self, recorded=True)
     if root is not None:
@@ -160,6 +166,13 @@ def _adopt(self: Tensor, result: Tensor, name: str) -> Tensor:
     else:
         take_history(self, result)  # its views made before are stale now: a new generation
     return self
+
+
+def _retyped(result: Tensor, dtype: Any) -> Tensor:
+    """``result`` cast to ``dtype``, standing for the same output of the same node."""
+    out = _wrap(result._data.astype(dtype), result.device)
+    out._grad_fn, out._output_nr, out._rg = result._grad_fn, result._output_nr, result._rg
+    return out
 
 
 def _bump(self: Tensor, recorded: bool = False) -> int:

@@ -9,7 +9,7 @@ from ..engine.tensor import Tensor, _wrap
 
 from ._core import ARRAYS, OPS, Node, binary_operands, fit, normalize_dim, record, register, tls
 from .elementwise import mul
-from .shape import UnsafeViewBackward0, _reshape, permute, reshape, transpose, unsqueeze
+from .shape import UnsafeViewBackward0, ViewBackward0, _reshape, permute, reshape, transpose, unsqueeze
 
 
 def _mT(t: Tensor) -> Tensor:
@@ -76,8 +76,8 @@ class MvBackward0(MatmulBackward0):
 def _matmul_node(a_ndim: int, b_ndim: int) -> Node:
     """The node of ``a @ b``, named as torch's where torch records one node: ``MmBackward0``
     (and, for batched operands, threadgrad's one node where torch wraps a bmm in reshapes:
-    docs/parity.md), ``DotBackward0``, ``MvBackward0``; a vector times a matrix is
-    ``MatmulBackward0`` (torch: unsqueeze, mm, squeeze)."""
+    docs/parity.md), ``DotBackward0``, ``MvBackward0``; ``MatmulBackward0`` for a vector and a
+    batch of matrices (a vector times a matrix is torch's three nodes: :func:`matmul`)."""
     if a_ndim >= 2 and b_ndim >= 2:
         return MmBackward0()
     if a_ndim == 1 and b_ndim == 1:
@@ -90,7 +90,24 @@ def _matmul_node(a_ndim: int, b_ndim: int) -> Node:
 @register
 def matmul(a: Any, b: Any) -> Tensor:
     """Matrix product with numpy's ``@`` rules (1-D operands, broadcast batch dims)."""
+    a, b = binary_operands(a, b, "matmul", elementwise=False)
+    if a.ndim == 1 and b.ndim == 2 and a.shape[0] == b.shape[0]:
+        # A vector times a matrix is torch's three nodes: unsqueeze, mm, an in-place squeeze_
+        # (its result is no view), so a node hook sees the (1, n) gradient (issue 33, item 5).
+        lifted = _matmul(unsqueeze(a, 0), b, "matmul", None)
+        out = _wrap(lifted._data.reshape(b.shape[1:]), lifted.device)
+        if lifted._rg and tls.grad_enabled:
+            node = SqueezeBackward4()
+            node.in_shape = lifted.shape
+            record(node, (lifted,), out)
+        return out
     return _matmul(a, b, "matmul", None)
+
+
+class SqueezeBackward4(ViewBackward0):
+    """torch's node of ``squeeze_(dim)``, the last step of a vector times a matrix."""
+
+    __slots__ = ()
 
 
 def _matmul(a: Any, b: Any, name: str, node_cls: type | None) -> Tensor:

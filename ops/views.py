@@ -34,11 +34,11 @@ made under no_grad (docs/ops.md).
 Note [In-place ops on views]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 ``v = y[1:]; v.mul_(3)`` changes ``y`` too, so ``y``'s history must change: as in PyTorch's
-CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". Here that is
-recorded with ops that already exist: the view's positions in its base are read from the
-two arrays' memory layout (:func:`view_index`), and the base takes the history of
-``index_put(old base flattened, positions, result)`` (:func:`rebase`), so gradients reach the
-old base outside the view and the op's inputs inside it, and double backward works. The
+CopySlices, ``y`` becomes "old ``y`` with ``v``'s elements replaced by ``3 * v``". The view's
+positions in its base are read from the two arrays' memory layout (:func:`view_index`), and
+the base takes one :class:`CopySlices` node over the op's own node (Note [CopySlices]), written
+with differentiable ops, so gradients reach the old base outside the view and the op's
+inputs inside it, and double backward works. The
 view itself then takes its history anew from the rebased base (Note [Stale views]). A view
 made under no_grad of a base in the graph first takes its history from the base, so the
 change reaches the base's graph. A view of a ``detach()`` alias has the alias as its base:
@@ -60,10 +60,11 @@ import numpy
 
 from ..engine import _state
 from ..engine.graph import Node, set_retains_grad
-from ..engine.tensor import Tensor, _wrap
+from ..engine.tensor import Tensor, _wrap, gradient_edge
 from ..engine.versions import is_stale
 from . import index, shape
-from ._core import tls
+from ._core import const, record, tls
+from .index import getitem, run_once
 
 
 def _address(a: Any) -> int:
@@ -178,19 +179,92 @@ def refresh(t: Tensor, name: str) -> None:
 _state.register_view_refresher(refresh)  # the engine core refreshes stale views through it (it imports no ops)
 
 
-class CopySlices(shape.ViewBackward0):
-    """A base's node after an in-place op on one of its views (PyTorch's name)."""
+class CopySlices(Node):
+    """A base's node after an in-place op on one of its views (PyTorch's CopySlices): the
+    gradient of the base is the incoming one with the view's elements replaced by what the
+    op's node ``fn`` gives for the view, and the op's other inputs get what ``fn`` gives them.
+    Its edges are the base's old history, then ``fn``'s edges but the view's (slot
+    ``self_slot``), so a post-hook sees torch's gradients: the base's, then the op's other
+    inputs'. See Note [CopySlices].
 
-    __slots__ = ()
+    Without ``fn`` (an in-place op whose result is not one node over the view: a cast to the
+    view's dtype after it), the second edge is the written value's history and it gets the
+    view's elements of the gradient. It saves nothing, but refuses to run again once its graph
+    was freed, as torch's (which drops ``fn`` then): Note [Saved indices] in index.py."""
+
+    __slots__ = ("fn", "self_slot", "output_nr", "index", "view_shape")
+
+    def backward(self, g: Tensor) -> tuple:
+        self.saved_arrays()  # raises once freed (run_once)
+        region = getitem(g, self.index) if self.index is not None else shape.reshape(g, self.view_shape)
+        fn = self.fn
+        if fn is None:
+            grads = [region]
+            g_view = None
+        else:
+            given: list = [None] * fn.num_inputs
+            given[self.output_nr] = region
+            grads = list(fn.apply(given))
+            g_view = grads.pop(self.self_slot)
+        gx = None
+        if self.next_edges[0][0] is not None:
+            if g_view is None:
+                # torch copies the op's gradient for the view in; where the op gives none (a
+                # custom Function's None), the view's elements get fresh zeros, never a product
+                # with a mask (issue 33, item 3). torch drops the whole base's gradient then:
+                # docs/parity.md.
+                g_view = const(g.device.xp.zeros(region.shape, dtype=g.dtype), g)
+            if self.index is None:
+                gx = shape.reshape(g_view, g.shape)
+            else:
+                gx = index.put(g, self.index, g_view, copy_slices=True)
+        return (gx, *grads)
 
 
-def rebase(base: Tensor, old_base: Tensor, positions: Any, result: Tensor) -> None:
-    """``base`` takes the history index_put(``old_base``, a view's ``positions``, ``result``):
-    recorded with the differentiable ops, so the base's gradient reaches the old base outside
-    the view's elements and ``result``'s inputs inside them (Note [In-place ops on views])."""
-    flat = index.put(shape.reshape(old_base, (-1,)), (positions.ravel(),), shape.reshape(result, (-1,)),
-                     copy_slices=True)
-    take_history(base, shape._reshape(flat, base.shape, CopySlices))
+# Note [CopySlices]
+# ~~~~~~~~~~~~~~~~~
+# torch records an in-place op on a view twice over: the op's own node ``fn`` (its first input
+# the view), and on the base a CopySlices node that wraps ``fn``. The base's history becomes
+# CopySlices, whose edges are the base's old history and ``fn``'s other inputs; in backward
+# it takes the view's elements of the base's gradient, runs ``fn`` on them, writes what ``fn``
+# gives for the view back over those elements, and passes the rest on. ``fn`` is not in the
+# graph itself (its edge to the view is never followed, and its hooks do not run), so a
+# node post-hook on the base's ``grad_fn`` sees one gradient per edge, of the base's and the
+# inputs' shapes, as torch's. The view's elements are read from the two arrays' memory layout
+# (:func:`view_index`), kept as one index array per dim of the base. A custom Function's
+# ``mark_dirty`` on a view is recorded the same way, with the Function's node as ``fn``; the
+# dirty view may be any of its tensor arguments (``self_slot``; torch assumes the first).
+
+
+def rebase(base: Tensor, old_base: Tensor, positions: Any, result: Tensor, view: Tensor | None = None) -> None:
+    """``base`` takes the history "``old_base`` with the elements at ``positions`` (a view's,
+    :func:`view_index`) replaced by ``result``", as one :class:`CopySlices` node (Note
+    [CopySlices]). When ``view`` (the view written, its history not yet changed) is given and
+    ``result``'s node takes it as its first input, that node is wrapped (torch's structure);
+    otherwise ``result`` itself is the node's second input. ``old_base`` may be ``base``
+    itself: only its history (read first) is used."""
+    fn = result._grad_fn
+    if (view is not None and fn is not None and fn.num_inputs == 1
+            and fn.next_edges[0] == (view._grad_fn, view._output_nr)):
+        _copy_slices(base, old_base, positions, fn, 0, result._output_nr, fn.next_edges[1:])
+    else:
+        edge = (fn, result._output_nr) if fn is not None else gradient_edge(result)
+        _copy_slices(base, old_base, positions, None, 0, 0, (edge,))
+
+
+def _copy_slices(base: Tensor, old_base: Tensor, positions: Any, fn: Node | None, self_slot: int,
+                 output_nr: int, other_edges: tuple) -> None:
+    """Make ``base``'s history a new :class:`CopySlices`: edges ``old_base``'s history, then
+    ``other_edges``; a retain_grad() on ``base`` moves to it."""
+    node = CopySlices()
+    node.fn, node.self_slot, node.output_nr = fn, self_slot, output_nr
+    node.view_shape = positions.shape
+    node.index = numpy.unravel_index(positions, base.shape) if base._data.ndim else None
+    out = _wrap(base._data, base.device)  # stands for the new base: record links the node to it
+    record(node, (old_base,), out, run_once())  # (old_base's edge is read here, before base changes)
+    node.next_edges = node.next_edges + tuple(other_edges)
+    out._rg = any(e[0] is not None for e in node.next_edges)
+    take_history(base, out)
 
 
 def take_history(t: Tensor, result: Tensor) -> None:
@@ -256,15 +330,10 @@ def dirty_base(fn_name: str, o: Tensor, differentiable: bool) -> tuple | None:
     return base, idx
 
 
-def rebase_dirty(node: Node, output_nr: int, view: Tensor, base: Tensor, idx: Any) -> None:
-    """The base of a dirty view becomes index_put(old base, the view's positions, output
-    ``output_nr`` of the Function's ``node``), as an in-place op on a view does (Note [In-place
-    ops on views]); the caller then takes the view's history anew (:func:`regenerate`)."""
-    def standin(t: Tensor, fn: Any, nr: int, rg: bool) -> Tensor:
-        s = _wrap(t._data, t.device)  # no copy: reshape and index_put save no values, only edges
-        s._grad_fn, s._output_nr, s._rg = fn, nr, rg
-        return s
-
-    old = standin(base, base._grad_fn, base._output_nr, base._rg)
-    new = standin(view, node, output_nr, True)
-    rebase(base, old, idx, new)
+def rebase_dirty(node: Node, output_nr: int, view: Tensor, base: Tensor, idx: Any, self_slot: int = 0) -> None:
+    """The base of a dirty view takes a :class:`CopySlices` over the Function's ``node``
+    (output ``output_nr``, the view being its tensor argument ``self_slot``), as an in-place
+    op on a view does (Note [CopySlices]); the caller then takes the view's history anew
+    (:func:`regenerate`)."""
+    others = node.next_edges[:self_slot] + node.next_edges[self_slot + 1:]
+    _copy_slices(base, base, idx, node, self_slot, output_nr, others)

@@ -255,3 +255,38 @@ CASES = [hook_on_the_dirty_view, grad_captured_at_the_dirty_view, grad_captured_
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
 def test_dirty_function_matches_torch(case):
     assert case(tg) == case(torch)
+
+
+def _several_outputs(lib, second, non_diff_view=False, grad_mode=True):
+    """A Function marking a view dirty and returning it with ``second`` ("tensor", "number")."""
+    class F(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x.mul_(2.0)
+            ctx.mark_dirty(x)
+            if non_diff_view:
+                ctx.mark_non_differentiable(x)
+            return x, (x * 3 if second == "tensor" else 5)
+
+        @staticmethod
+        def backward(ctx, g, h):
+            return h * 6 if non_diff_view else g * 2
+
+    x = _t(lib, [1.0, 2.0, 3.0, 4.0], rg=True)
+    a = x * 1
+    try:
+        with lib.set_grad_enabled(grad_mode):
+            F.apply(a[1:3])
+    except RuntimeError as e:
+        return "refused", "cannot return more than one Tensor" in str(e)
+    return "ran", _obs(a)
+
+
+@pytest.mark.parametrize("second, non_diff_view, grad_mode", [
+    ("tensor", False, True), ("number", False, True), ("tensor", True, True), ("tensor", False, False)],
+    ids=["tensor", "number", "non_differentiable_view", "no_grad"])
+def test_dirty_view_with_several_outputs_refused_as_torch(second, non_diff_view, grad_mode):
+    """torch refuses a recorded dirty view when the Function returns more than one output (its
+    CopySlices wraps the node for one), as threadgrad does since issue 33, item 4."""
+    theirs = _several_outputs(torch, second, non_diff_view, grad_mode)
+    assert _several_outputs(tg, second, non_diff_view, grad_mode) == theirs

@@ -219,7 +219,6 @@ CASES.update(_INDEX_CASES)
 
 # case -> why threadgrad's node has another name. Each is in docs/parity.md too.
 EXCEPTIONS = {
-    "matmul vm": "torch unsqueezes the vector, runs mm and squeezes (SqueezeBackward4 on top); one node here",
     "matmul batched": "torch folds the batch into a bmm wrapped in reshapes (UnsafeViewBackward0 on top); one "
                       "MmBackward0 here",
     "matmul batched by matrix": "torch folds the batch into an mm wrapped in reshapes (UnsafeViewBackward0 on "

@@ -13,12 +13,18 @@ from .generator import dumps, generate
 from .interpreter import Outcome, compare, outcome_from_json, outcome_to_json, reference, run
 
 
-def check(seed: int, torch: bool = False, concurrent: bool = True, inplace: bool = False) -> list:
+def check(seed: int, torch: bool = False, concurrent: bool = True, inplace: bool = False,
+          extended: bool = False) -> list:
     """Differences found for ``seed``: threadgrad's real run against the reference, and with
     ``torch`` torch's run against both (each line says which pair). ``inplace``: the program
-    has in-place writes through views in its forward (``generate``)."""
-    program = generate(seed, inplace)
+    has in-place writes through views in its forward (``generate``). ``extended``: the issue 33
+    program (``generate(seed, extended=True)``), compared with torch only (its hooks that shift
+    gradients are outside what the reference models)."""
+    program = generate(seed, inplace, extended)
     tg = ThreadgradBackend()
+    if extended:
+        theirs = run(program, TorchBackend(), concurrent=False)
+        return [f"threadgrad vs torch: {d}" for d in compare(theirs, run(program, tg, concurrent=concurrent))]
     expected = reference(program, tg)
     actual = run(program, tg, concurrent=concurrent)
     diffs = [f"threadgrad vs reference: {d}" for d in compare(expected, actual)]

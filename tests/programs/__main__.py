@@ -1,5 +1,5 @@
 """Replay seeds: ``cd tests && python -m programs --seed 17 [--torch] [--sequential] [--print]
-[--inplace]``, or ``--seeds 0:200`` to scan a range (prints each failing seed's differences);
+[--inplace | --extended]``, or ``--seeds 0:200`` to scan a range (prints each failing seed's differences);
 ``--record PATH`` writes torch's outcomes instead (tests/stress/torch_inplace_outcomes.json)."""
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ def main() -> int:
     ap.add_argument("--sequential", action="store_true", help="run the program's threads one after another")
     ap.add_argument("--print", action="store_true", help="print the program")
     ap.add_argument("--inplace", action="store_true", help="programs with in-place writes through views")
+    ap.add_argument("--extended", action="store_true",
+                    help="issue 33's programs (dirty views, hooks on CopySlices and composite ops), against torch")
     ap.add_argument("--record", metavar="PATH", help="write torch's outcome of each seed to PATH (JSON)")
     args = ap.parse_args()
     seeds = [args.seed] if args.seeds is None else range(*map(int, args.seeds.split(":")))
@@ -32,8 +34,12 @@ def main() -> int:
     bad = 0
     for seed in seeds:
         if args.print:
-            print(dumps(generate(seed, args.inplace)))
-        diffs = check(seed, torch=args.torch, concurrent=not args.sequential, inplace=args.inplace)
+            print(dumps(generate(seed, args.inplace, args.extended)))
+        try:
+            diffs = check(seed, torch=args.torch, concurrent=not args.sequential, inplace=args.inplace,
+                          extended=args.extended)
+        except Exception as e:  # noqa: BLE001 - a program that cannot run is a difference too
+            diffs = [f"raised {type(e).__name__}: {e}"]
         if diffs:
             bad += 1
             print(f"seed {seed}: {len(diffs)} differences")

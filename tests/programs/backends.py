@@ -32,8 +32,8 @@ class ThreadgradBackend:
     def __init__(self) -> None:
         from threadgrad import engine, ops
         self.engine, self.ops = engine, ops
-        self.RTanh, self.RMul, self.Fault, self.Tie = _functions(engine.Function, engine.grad, engine.enable_grad,
-                                                       ops.tanh, ops.mul)
+        self.RTanh, self.RMul, self.Fault, self.Tie, self.DirtyMul = _functions(
+            engine.Function, engine.grad, engine.enable_grad, ops.tanh, ops.mul)
 
     def tensor(self, values: Any, requires_grad: bool) -> Any:
         return self.engine.tensor(np.array(values, dtype=np.float64), dtype=np.float64,
@@ -92,8 +92,8 @@ class TorchBackend:
         import torch
         import torch.utils.checkpoint
         self.torch = torch
-        self.RTanh, self.RMul, self.Fault, self.Tie = _functions(torch.autograd.Function, torch.autograd.grad,
-                                                       torch.enable_grad, torch.tanh, torch.mul)
+        self.RTanh, self.RMul, self.Fault, self.Tie, self.DirtyMul = _functions(
+            torch.autograd.Function, torch.autograd.grad, torch.enable_grad, torch.tanh, torch.mul)
 
     def tensor(self, values: Any, requires_grad: bool) -> Any:
         return self.torch.tensor(values, dtype=self.torch.float64, requires_grad=requires_grad)
@@ -209,4 +209,19 @@ def _functions(Function: type, grad: Callable, enable_grad: Callable, tanh: Call
         def backward(ctx, g):
             return (g,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
-    return RTanh, RMul, Fault, Tie
+    class DirtyMul(Function):
+        """x <- x * w in place, marked dirty (x may be a view: its base is rebased)."""
+
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x.clone(), w)
+            x.mul_(w)
+            ctx.mark_dirty(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            x0, w = ctx.saved_tensors
+            return mul(g, w), mul(g, x0)
+
+    return RTanh, RMul, Fault, Tie, DirtyMul

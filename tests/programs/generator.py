@@ -29,7 +29,8 @@ a replay. Schema:
     ``{"id", "kind", "target", "thread", ...}``, registered concurrently by their threads
     before any call: ``tensor`` (``register_hook``; ``"scale"`` None observes, a number
     returns ``g * scale``), ``pre`` (``grad_fn.register_prehook``, same), ``post``
-    (``grad_fn.register_hook``, observes), ``post_acc`` (on a leaf; ``"inplace_scale"``
+    (``grad_fn.register_hook``, observes; with a ``"shift"`` it adds it to each gradient it
+    returns; a tensor or pre hook with one adds it too), ``post_acc`` (on a leaf; ``"inplace_scale"``
     multiplies ``.grad`` in place, only in single-thread programs), ``raise`` (a tensor hook
     raising ``"fault"``). ``temp_hooks``: ``[thread, target]`` pairs, each a hook registered
     and removed again before the calls (it must never run).
@@ -73,6 +74,10 @@ UNARY = ("tanh", "exp", "clone", "scale", "rowroll", "splitswap", "treshape", "s
 # In-place writes through views, done in the forward (before any call, on one thread): only in
 # programs made with ``generate(seed, inplace=True)``; interpreter._vwrite says what each does.
 VWRITE = ("slice_mul", "buffer_fill", "alias_write", "nograd_view", "stale_view", "tview_add")
+# More steps for the differential check against torch (``generate(seed, extended=True)``, issue
+# 33): custom Functions marking a view or a retained tensor dirty, node post-hooks on CopySlices
+# and on composite ops, all with hooks that change a gradient by more than a scaling.
+VWRITE_EXTENDED = ("dirty_view", "dirty_retained", "slices_hook", "composite_vm", "composite_index")
 BINARY = ("add", "mul", "matmul")
 DEVICES = ("cpu", "virtual:1", "virtual:2")
 BOUND = 2.0  # values larger than this get a tanh before exp / mul / matmul: nothing overflows
@@ -120,9 +125,13 @@ class _Builder:
         elif op == "vwrite":
             bx, by = a[0]["bound"], a[1]["bound"]
             b = {"slice_mul": bx * by, "buffer_fill": max(2 * by, bx), "alias_write": bx + by,
-                 "nograd_view": max(bx, bx * by), "stale_view": bx * by, "tview_add": bx + by}[extra["variant"]]
+                 "nograd_view": max(bx, bx * by), "stale_view": bx * by, "tview_add": bx + by,
+                 "dirty_view": 2 * bx * max(by, 1.0), "dirty_retained": bx * by, "slices_hook": bx * by,
+                 "composite_vm": bx + 3 * bx * by, "composite_index": 2 * bx}[extra["variant"]]
             if extra["variant"] == "alias_write":
                 rg = a[1]["rg"]  # the alias is outside x's graph: only y's write puts it in one
+            elif extra["variant"] == "composite_index":
+                rg = a[0]["rg"]  # y is not used
         self.info[name] = {"dev": dev, "rg": rg, "bound": b, "rck": rck}
         return name
 
@@ -133,13 +142,14 @@ class _Builder:
     def on(self, x: str, dev: str) -> str:
         return x if self.info[x]["dev"] == dev else self.emit("to", [x], device=dev)
 
-    def op(self, pool: list, inplace: bool = False) -> str:
+    def op(self, pool: list, inplace: bool = False, extended: bool = False) -> str:
         """One random unary/binary/reentrant op over values drawn from ``pool`` (``inplace``: or
-        an in-place write through a view, one op in three)."""
+        an in-place write through a view, one op in three; ``extended``: from VWRITE_EXTENDED too)."""
         rng = self.rng
         if inplace and rng.random() < 1 / 3:
             x, y = self.small(rng.choice(pool[-4:])), self.small(rng.choice(pool))
-            return self.emit("vwrite", [x, self.on(y, self.info[x]["dev"])], variant=rng.choice(VWRITE))
+            variant = rng.choice(VWRITE + VWRITE_EXTENDED if extended else VWRITE)
+            return self.emit("vwrite", [x, self.on(y, self.info[x]["dev"])], variant=variant)
         kind = rng.choice(UNARY + BINARY + ("r_tanh", "r_mul", "to", "detach"))
         x = rng.choice(pool[-4:]) if rng.random() < 0.7 else rng.choice(pool)
         if kind == "to":
@@ -160,10 +170,13 @@ class _Builder:
         return self.emit(kind, [x, y])
 
 
-def generate(seed: int, inplace: bool = False) -> dict:
+def generate(seed: int, inplace: bool = False, extended: bool = False) -> dict:
     """The program of ``seed``: the same dict every time, on every platform. ``inplace`` adds
     in-place writes through views to the forward (``VWRITE``; other seeds' programs are
-    unchanged by it)."""
+    unchanged by it). ``extended`` (implies ``inplace``) draws them from ``VWRITE_EXTENDED``
+    too, and gives some tensor and node hooks a shift (``"shift"``: the hook adds it, so it does
+    more than scale), drawn from a stream of its own: programs made without it are unchanged."""
+    inplace = inplace or extended
     rng = random.Random(seed)
     leaves = {f"p{i}": _grid(rng) for i in range(rng.randint(2, 4))}
     consts = {"c0": _grid(rng)}
@@ -177,7 +190,7 @@ def generate(seed: int, inplace: bool = False) -> dict:
         if rng.random() < 0.25:
             pool.append(_checkpoint(rng, top, pool, leaves, rck_leaves))
         else:
-            pool.append(top.op(pool, inplace))
+            pool.append(top.op(pool, inplace, extended))
     n_threads = rng.choice((1, 2, 2, 3, 4))
     values = [v for v in pool if v.startswith("v") and info[v]["rg"]]
     if not values:  # everything was detached: one more op on a leaf
@@ -243,6 +256,14 @@ def generate(seed: int, inplace: bool = False) -> dict:
     for step in steps:
         if step["op"] not in ("checkpoint", "fault") and hooks_rng.random() < 0.25:
             step["saved_hooks"] = hooks_rng.choice(("copy", "cpu"))
+    if extended:
+        # a tensor marked dirty after retain_grad(): its .grad is compared (item 2)
+        retain = sorted(set(retain) | {st["out"] for st in steps if st.get("variant") == "dirty_retained"
+                                        and info[st["out"]]["rg"]})
+        shift_rng = random.Random(seed * 6151 + 3)
+        for hook in hooks:
+            if hook["kind"] in ("tensor", "pre", "post") and shift_rng.random() < 0.5:
+                hook["shift"] = shift_rng.choice((0.25, -0.5))
     return {"seed": seed, "leaves": leaves, "consts": consts, "steps": steps, "retain": retain,
             "retain_thread": rng.randrange(n_threads), "hooks": hooks, "temp_hooks": temp_hooks,
             "threads": threads, "churn": n_threads > 1 and rng.random() < 0.5}

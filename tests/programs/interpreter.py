@@ -128,9 +128,44 @@ def _vwrite(be: Any, variant: str, x: Any, y: Any) -> Any:
         out = be.cat([v, out[2:]], 0)
     elif variant == "tview_add":  # a view of a view (transpose, then a row) written in place
         be.transpose(out, 0, 1)[0].add_(y[0])
+    elif variant == "dirty_view":  # a custom Function marks a view dirty (issue 33, item 1)
+        v = out[1:]
+        be.DirtyMul.apply(v, y[1:])
+        if v.requires_grad:
+            v.register_hook(_bend(be))  # on the view's new history: sees only its own later use
+        out = be.add(out, be.cat([v, v[:1]], 0))
+    elif variant == "dirty_retained":  # retain_grad(), then a Function marks it dirty (item 2)
+        if out.requires_grad:
+            out.retain_grad()
+            out.register_hook(_bend(be))  # stays on the old node, as torch's
+        out = be.DirtyMul.apply(out, y)
+    elif variant == "slices_hook":  # a node post-hook on CopySlices that does more than scale (item 4)
+        out[1].mul_(y[1])
+        _post(be, out)
+    elif variant == "composite_vm":  # matmul of a vector and a matrix, a post-hook on its node (item 5)
+        r = be.matmul(x[0], y)
+        _post(be, r)
+        out = be.add(out, r)
+    elif variant == "composite_index":  # x[1, 0:2]: Select, then Slice; a post-hook on its node (item 5)
+        r = out[1, 0:2]
+        _post(be, r)
+        out = be.add(out, be.cat([r, r[:1]], 0))
     else:
         raise AssertionError(f"unknown vwrite variant {variant!r}")
     return out
+
+
+def _bend(be: Any) -> Any:
+    """A tensor hook that changes the gradient by more than a scaling: g / 2 + 1/4."""
+    return lambda g: be.add(be.mul(g, 0.5), 0.25)
+
+
+def _post(be: Any, t: Any) -> None:
+    """A node post-hook on ``t``'s grad_fn (if any) that gives each gradient it returns
+    g / 2 + 1/4 (None stays None): it changes them by more than a scaling."""
+    if t.grad_fn is not None:
+        t.grad_fn.register_hook(lambda gins, gouts: tuple(None if g is None else be.add(be.mul(g, 0.5), 0.25)
+                                                          for g in gins))
 
 
 def build(program: dict, be: Any, plain: bool) -> dict:
@@ -170,20 +205,32 @@ class _Recorder:
 
 def _register(hook: dict, t: Any, be: Any, rec: _Recorder) -> Any:
     """Register one program hook on tensor ``t``; return its handle."""
-    hid, kind, scale = hook["id"], hook["kind"], hook.get("scale")
+    hid, kind, scale, shift = hook["id"], hook["kind"], hook.get("scale"), hook.get("shift")
+
+    def change(g):  # what a tensor or pre hook returns for g (None: keep it)
+        if scale is None and shift is None:
+            return None
+        # (given None, a hook that changes the gradient raises TypeError, in both libraries)
+        g = g if scale is None else be.mul(g, scale)
+        return g if shift is None else be.add(g, shift)
+
     if kind == "tensor":
         def fn(g):
             rec(hid, g)
-            return None if scale is None else be.mul(g, scale)
+            return change(g)
         return t.register_hook(fn)
     if kind == "pre":
         def fn(gouts):
             rec(hid, gouts[0])
-            return None if scale is None else (be.mul(gouts[0], scale),) + tuple(gouts[1:])
+            new = change(gouts[0])
+            return None if new is None else (new,) + tuple(gouts[1:])
         return t.grad_fn.register_prehook(fn)
     if kind == "post":
         def fn(gins, gouts):
             rec(hid, gouts[0])
+            if shift is not None:
+                return tuple(None if g is None else be.add(g, shift) for g in gins)
+            return None
         return t.grad_fn.register_hook(fn)
     if kind == "post_acc":
         inplace = hook.get("inplace_scale")
